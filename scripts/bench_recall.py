@@ -1,0 +1,534 @@
+#!/usr/bin/env python
+"""Recall benchmark: one chat each of 1k, 10k and 100k memories, measured in one run.
+
+For each size it prints recall latency through the full product read path (`Sidecar.recall`: HNSW,
+BM25, fusion, SQLite fetch, rendering with tiktoken), without the query embedding; the same queries
+against a brute-force numpy scan of the same vectors (the baseline, same process); the HNSW index
+alone and its recall@10; the latency of syncing one appended message; index build and reopen times;
+and peak RSS. A final table checks the targets (PASS/MISS; nothing is asserted).
+
+Each size runs in two fresh processes: `populate` writes the chat through the product's write
+path (sync in chunks of 2000 messages, memories via ChangeSet.insert_node), and `measure` opens it
+cold, so each size's RSS is its own and the generator's memory is not counted.
+
+    .venv/bin/python scripts/bench_recall.py                  # 1k, 10k, 100k (a few minutes)
+    .venv/bin/python scripts/bench_recall.py --sizes 10000 --json
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import hnswlib
+import numpy as np
+
+from _bench_data import (CORE_MEMORIES, DIM, BenchEmbedder, ChatGenerator, VectorModel, anchor_indexes,
+                         sync_body)
+from stbme.graph.changes import ChangeSet
+from stbme.graph.model import Node, new_id, node_text
+from stbme.hashing import chain_hash, message_hash, text_hash
+from stbme.sidecar import Sidecar
+
+CHAT_ID = "bench/chat"
+SYNC_CHUNK = 2000      # messages per sync request while populating (server.max_sync_messages)
+NODE_BATCH = 2000      # memories per write transaction while populating
+WARMUP_QUERIES = 20
+WARMUP_SYNCS = 10
+SYNC_TAIL = 4          # the extension sends the last few messages plus chain anchors
+BUDGET_TOKENS = 800
+TOP_K = 40             # recall.candidates: what the product asks HNSW and BM25 for
+TARGETS = (            # (size, metric key, limit, label)
+    (10_000, "recall_p50_ms", 5.0, "recall p50 at 10k memories <= 5 ms"),
+    (100_000, "recall_p50_ms", 15.0, "recall p50 at 100k memories <= 15 ms"),
+    (100_000, "rss_peak_mb", 600.0, "peak RSS at 100k memories < 600 MB"),
+)
+
+
+# -- small helpers ---------------------------------------------------------------------------------
+def log(size: int, text: str) -> None:
+    click.echo(f"[{size:>7,}] {text}", err=True)
+
+
+def rss_now_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def pct(values, q) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+
+
+def summary_ms(seconds: list[float]) -> dict:
+    ms = [s * 1000 for s in seconds]
+    return {"p50": pct(ms, 50), "p95": pct(ms, 95), "p99": pct(ms, 99), "mean": float(np.mean(ms)), "n": len(ms)}
+
+
+def progressbar(length: int, label: str):
+    return click.progressbar(length=length, label=label, file=sys.stderr, show_percent=True, show_eta=True)
+
+
+# -- phase 1: populate -----------------------------------------------------------------------------
+async def populate(size: int, data_dir: Path, seed: int) -> dict:
+    """Write the chat: messages through `Sidecar.sync`, one event memory per message through
+    `ChangeSet.insert_node`, with vectors from the stand-in model (no worker runs)."""
+    gen = ChatGenerator(seed)
+    model = VectorModel(gen)
+    embedder = BenchEmbedder(model)
+    sc = Sidecar.open(data_dir, embedder=embedder)
+    started = time.perf_counter()
+    sync_s = embed_s = insert_s = 0.0
+    chains: list[str] = []
+
+    core = []
+    for type_, fields in CORE_MEMORIES:
+        text = node_text(fields)
+        core.append(Node(id=new_id("n"), chat_id=CHAT_ID, type=type_, fields=fields, importance=8.0,
+                         source="manual", embedding=model.embed(text), embedder=embedder.id,
+                         text_hash=text_hash(text)))
+
+    def write_core(conn):
+        cs = ChangeSet(conn, CHAT_ID, reason="manual")
+        for node in core:
+            cs.insert_node(node)
+
+    await sc.store.write(write_core)
+    with progressbar(size, f"[{size:>7,}] populating") as bar:
+        for start in range(0, size, SYNC_CHUNK):
+            end = min(start + SYNC_CHUNK, size)
+            messages = [gen.message(i) for i in range(start, end)]
+            prev = chains[-1] if chains else ""
+            for m in messages:
+                prev = chain_hash(prev, message_hash(m.role, m.name, m.text))
+                chains.append(prev)
+            t = time.perf_counter()
+            result = await sc.sync(CHAT_ID, sync_body(messages, end, chains))
+            sync_s += time.perf_counter() - t
+            if result["status"] != "synced" or result["stored_length"] != end:
+                raise click.ClickException(f"populating sync did not converge: {result}")
+
+            for b in range(0, len(messages), NODE_BATCH):
+                part = messages[b:b + NODE_BATCH]
+                t = time.perf_counter()
+                nodes = []
+                for m in part:
+                    fields = m.memory_fields()
+                    text = node_text(fields)
+                    nodes.append(Node(id=new_id("n"), chat_id=CHAT_ID, type="event", fields=fields,
+                                      importance=5.0, seq_from=m.index, seq_to=m.index,
+                                      embedding=model.embed(text), embedder=embedder.id,
+                                      text_hash=text_hash(text), source="heuristic"))
+                embed_s += time.perf_counter() - t
+
+                def write(conn, nodes=nodes, lo=part[0].index, hi=part[-1].index):
+                    # As the worker's process_chat batch does: journaled memories of messages lo..hi,
+                    # then the chat's processed mark.
+                    cs = ChangeSet(conn, CHAT_ID, reason="heuristic", msg_range=(lo, hi))
+                    for node in nodes:
+                        cs.insert_node(node)
+                    conn.execute("UPDATE chats SET processed_upto = ? WHERE chat_id = ?", (hi, CHAT_ID))
+
+                t = time.perf_counter()
+                await sc.store.write(write)
+                insert_s += time.perf_counter() - t
+                bar.update(len(part))
+    await sc.close()
+    db = data_dir / "stbme.sqlite3"
+    db_bytes = sum(p.stat().st_size for p in data_dir.glob("stbme.sqlite3*"))
+    return {"size": size, "core_memories": len(core), "populate_s": time.perf_counter() - started,
+            "sync_s": sync_s, "embed_s": embed_s, "insert_s": insert_s, "db_mb": db_bytes / 2**20,
+            "db": str(db), "rss_peak_mb": rss_peak_mb()}
+
+
+# -- phase 2: measure ------------------------------------------------------------------------------
+async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs: int) -> dict:
+    out: dict = {"size": size}
+    gen = ChatGenerator(seed)
+    model = VectorModel(gen)
+    queries = gen.queries(WARMUP_QUERIES + n_queries, size, "recall")
+    qvecs = {q: model.embed(q) for _, q in queries}
+    warmup, measured = queries[:WARMUP_QUERIES], queries[WARMUP_QUERIES:]
+    out["query_kinds"] = {k: sum(1 for kind, _ in measured if kind == k) for k in ("rare", "topic", "miss")}
+
+    # Sync requests for the appended messages, built client-side before any timing.
+    appended = [gen.message(i) for i in range(size, size + WARMUP_SYNCS + n_syncs)]
+    need = set()
+    for m in appended:
+        need |= anchor_indexes(m.index + 1, max(0, m.index + 1 - SYNC_TAIL))
+    chain_at, prev = gen.chains(size, {i for i in need if i < size})
+    for m in appended:
+        prev = chain_at[m.index] = chain_hash(prev, message_hash(m.role, m.name, m.text))
+    by_index = {m.index: m for m in appended}
+    bodies = []
+    for m in appended:
+        length = m.index + 1
+        tail = [by_index.get(i) or gen.message(i) for i in range(max(0, length - SYNC_TAIL), length)]
+        bodies.append(sync_body(tail, length, chain_at))
+    del chain_at, by_index
+    gc.collect()
+    out["rss_fixtures_mb"] = rss_now_mb()  # interpreter, libraries, generator and query vectors
+    out["loadavg_start"] = os.getloadavg()[0]
+
+    # Cold open and build: what the first recall of a chat with no saved index pays.
+    embedder = BenchEmbedder(model, qvecs)
+    t = time.perf_counter()
+    sc = Sidecar.open(data_dir, embedder=embedder)
+    out["open_s"] = time.perf_counter() - t
+    with progressbar(size, f"[{size:>7,}] HNSW build") as bar:
+        t = time.perf_counter()
+        index = await sc.indexes.build(CHAT_ID, progress=lambda done, total: bar.update(done - bar.pos))
+        out["hnsw_build_s"] = time.perf_counter() - t
+    log(size, f"HNSW build {out['hnsw_build_s']:.1f} s ({len(index):,} vectors)")
+    t = time.perf_counter()
+    lexical = await sc.lexical.get(CHAT_ID)
+    out["lexical_build_s"] = time.perf_counter() - t
+    log(size, f"lexical build {out['lexical_build_s']:.1f} s ({len(lexical.postings):,} terms)")
+    out["indexed"] = len(index)
+    out["lexical_docs"] = len(lexical)
+
+    for _, q in queries:  # warm the query-vector LRU: no query embedding inside the timed calls
+        await sc.embeddings.embed_query(q)
+
+    def body(q: str) -> dict:
+        return {"query": q, "budget_tokens": BUDGET_TOKENS}
+
+    t = time.perf_counter()
+    await sc.recall(CHAT_ID, body(warmup[0][1]))
+    out["first_recall_ms"] = (time.perf_counter() - t) * 1000
+    for _, q in warmup[1:]:
+        await sc.recall(CHAT_ID, body(q))
+
+    log(size, f"recall x {len(measured)}")
+    latencies, took, memories, tokens, by_kind = [], [], [], [], {}
+    for kind, q in measured:
+        t = time.perf_counter()
+        result = await sc.recall(CHAT_ID, body(q))
+        dt = time.perf_counter() - t
+        latencies.append(dt)
+        by_kind.setdefault(kind, []).append(dt)
+        took.append(result["took_ms"])
+        memories.append(len(result["memories"]))
+        tokens.append(result["tokens"])
+    out["recall"] = summary_ms(latencies)
+    out["recall_p50_ms"] = out["recall"]["p50"]
+    out["recall_by_kind_p50_ms"] = {k: pct(v, 50) * 1000 for k, v in by_kind.items()}
+    out["recall_took_ms_p50"] = pct(took, 50)
+    out["recall_memories_mean"] = float(np.mean(memories))
+    out["recall_tokens_mean"] = float(np.mean(tokens))
+    out["query_misses"] = embedder.query_misses
+
+    # The two retrievers alone, on the same queries.
+    hnsw_s, hnsw_top10, lex_s = [], [], []
+    for _, q in measured:
+        vec = qvecs[q]
+        t = time.perf_counter()
+        hits = index.query(vec, TOP_K)
+        hnsw_s.append(time.perf_counter() - t)
+        hnsw_top10.append([n for n, _ in hits[:10]])
+        t = time.perf_counter()
+        lexical.search(q, TOP_K)
+        lex_s.append(time.perf_counter() - t)
+    out["hnsw_only"] = summary_ms(hnsw_s)
+    out["bm25_only"] = summary_ms(lex_s)
+
+    log(size, f"sync x {len(bodies)}")
+    sync_lat = []
+    for i, b in enumerate(bodies):
+        t = time.perf_counter()
+        result = await sc.sync(CHAT_ID, b)
+        dt = time.perf_counter() - t
+        if result["status"] != "synced":
+            raise click.ClickException(f"sync of message {b['length'] - 1} did not converge: {result}")
+        if i >= WARMUP_SYNCS:
+            sync_lat.append(dt)
+    out["sync"] = summary_ms(sync_lat)
+    out["rss_peak_mb"] = rss_peak_mb()
+    out["rss_now_mb"] = rss_now_mb()
+    out["loadavg_end"] = os.getloadavg()[0]
+
+    # Save, close, reopen: the usual start of a session with a saved index.
+    t = time.perf_counter()
+    await sc.indexes.save_dirty()
+    out["index_save_s"] = time.perf_counter() - t
+    out["index_file_mb"] = sum(p.stat().st_size for p in (data_dir / "indexes").glob("*")) / 2**20
+    await sc.close()
+    del sc, index, lexical
+    gc.collect()
+    t = time.perf_counter()
+    sc = Sidecar.open(data_dir, embedder=embedder)
+    await sc.indexes.get(CHAT_ID)
+    out["reopen_hnsw_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    await sc.lexical.get(CHAT_ID)
+    out["reopen_lexical_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    await sc.recall(CHAT_ID, body(measured[0][1]))
+    out["reopen_first_recall_ms"] = (time.perf_counter() - t) * 1000
+    await sc.close()
+    del sc
+    gc.collect()
+    out["rss_peak_after_reopen_mb"] = rss_peak_mb()
+
+    # Baseline: brute-force scan of the same vectors, read back from the store.
+    conn = sqlite3.connect(f"file:{data_dir / 'stbme.sqlite3'}?mode=ro", uri=True)
+    count = conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND embedder = ?",
+                         (CHAT_ID, embedder.id)).fetchone()[0]
+    ids = []
+    matrix = np.empty((count, DIM), dtype=np.float32)
+    for i, (node_id, blob) in enumerate(conn.execute(
+            "SELECT id, embedding FROM nodes WHERE chat_id = ? AND archived = 0 AND embedder = ?",
+            (CHAT_ID, embedder.id))):
+        ids.append(node_id)
+        matrix[i] = np.frombuffer(blob, dtype=np.float32)
+    conn.close()
+    brute_s, overlap = [], []
+    for (_, q), hnsw_ids in zip(measured, hnsw_top10):
+        vec = qvecs[q]
+        t = time.perf_counter()
+        sims = matrix @ vec
+        top = np.argpartition(-sims, TOP_K - 1)[:TOP_K]
+        top = top[np.argsort(-sims[top])]
+        brute_s.append(time.perf_counter() - t)
+        truth = {ids[j] for j in top[:10]}
+        overlap.append(len(truth & set(hnsw_ids)) / len(truth))
+    out["brute"] = summary_ms(brute_s)
+    out["hnsw_recall_at_10"] = float(np.mean(overlap))
+    out["rss_peak_with_baseline_mb"] = rss_peak_mb()
+    return out
+
+
+# -- the parent: runs the phases, prints the table -------------------------------------------------
+def run_phase(size: int, phase: str, data_dir: Path, extra: list[str]) -> tuple[dict, float]:
+    cmd = [sys.executable, __file__, "--size", str(size), "--phase", phase, "--data-dir", str(data_dir), *extra]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise click.ClickException(f"the {phase} phase for {size:,} memories failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), time.perf_counter() - started
+
+
+def local_query_ms(calls: int = 20) -> dict:
+    """p50 of embedding one query with the bundled local model (what a recall with a new query adds)."""
+    try:
+        from stbme.embed.local import LocalEmbedder
+
+        emb = LocalEmbedder()
+        emb.load()
+        emb.embed_query_sync("warm-up query")
+        times = []
+        for i in range(calls):
+            text = f"What did Mira hide in the tavern before the storm, and why? ({i})"
+            t = time.perf_counter()
+            emb.embed_query_sync(text)
+            times.append(time.perf_counter() - t)
+        return {"model": emb.id, "p50_ms": pct(times, 50) * 1000, "calls": calls}
+    except Exception as exc:  # report, don't fail the benchmark
+        return {"model": "local", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def fmt(value, spec=".1f", unit="") -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-"
+    return f"{value:{spec}}{unit}"
+
+
+def print_report(env: dict, results: list[dict]) -> None:
+    echo = click.echo
+    local = env["local_model"]
+    echo(f"ST-BME recall benchmark  ({env['cpus']} CPUs: {env['cpu']}; Python {env['python']}, "
+         f"SQLite {env['sqlite']}, hnswlib {env['hnswlib']}, numpy {env['numpy']})")
+    echo(f"Data: one chat per size, N synthetic roleplay messages (seed {env['seed']}, ~20% Chinese sentences), "
+         "one event memory per message + 4 core memories,")
+    echo("written through Sidecar.sync and ChangeSet.insert_node; 384-d vectors from a clustered stand-in for e5 "
+         "(scripts/_bench_data.py).")
+    echo("Recall timings exclude the query embedding: the sidecar's embedder returns precomputed query vectors and "
+         "the query LRU is warm.")
+    if "p50_ms" in local:
+        echo(f"For the full cost, add the real query embedding: {local['model']} embeds one query in "
+             f"p50 {local['p50_ms']:.1f} ms ({local['calls']} calls, this machine).")
+    else:
+        echo(f"(The local model could not be timed: {local['error']})")
+    echo(f"Recall: {env['queries']} queries per size after {WARMUP_QUERIES} warm-up, budget {BUDGET_TOKENS} tokens, "
+         f"sequential; sync: one appended message (tail {SYNC_TAIL} + anchors), {env['syncs']} after "
+         f"{WARMUP_SYNCS} warm-up.")
+    echo("")
+    cols = [f"{r['size']:,}" for r in results]
+    width = max(11, *(len(c) + 2 for c in cols))
+    label_w = 44
+
+    def row(label: str, values: list[str]) -> None:
+        echo(f"{label:<{label_w}}" + "".join(f"{v:>{width}}" for v in values))
+
+    def line(label: str, fn) -> None:
+        row(label, [fn(r) for r in results])
+
+    row("memories", cols)
+    line("  populate (sync + vectors + insert), s", lambda r: fmt(r["populate"]["populate_s"]))
+    line("  database size, MB", lambda r: fmt(r["populate"]["db_mb"], ".0f"))
+    echo("cold start (no saved index)")
+    line("  HNSW build (indexes.build), s", lambda r: fmt(r["hnsw_build_s"], ".2f"))
+    line("  lexical build (lexical.get), s", lambda r: fmt(r["lexical_build_s"], ".2f"))
+    line("  first recall after both, ms", lambda r: fmt(r["first_recall_ms"]))
+    echo("reopen with a saved index")
+    line("  save (indexes.save_dirty), s", lambda r: fmt(r["index_save_s"], ".2f"))
+    line("  open + HNSW load + reconcile, s", lambda r: fmt(r["reopen_hnsw_s"], ".2f"))
+    line("  lexical rebuild (not persisted), s", lambda r: fmt(r["reopen_lexical_s"], ".2f"))
+    line("  first recall, ms", lambda r: fmt(r["reopen_first_recall_ms"]))
+    echo("recall latency, ms (Sidecar.recall, full read path)")
+    line("  p50", lambda r: fmt(r["recall"]["p50"], ".2f"))
+    line("  p95", lambda r: fmt(r["recall"]["p95"], ".2f"))
+    line("  p99", lambda r: fmt(r["recall"]["p99"], ".2f"))
+    line("  p50 by query kind rare/topic/miss",
+         lambda r: "/".join(fmt(r["recall_by_kind_p50_ms"].get(k), ".1f") for k in ("rare", "topic", "miss")))
+    line("  memories / tokens per block (mean)",
+         lambda r: f"{r['recall_memories_mean']:.1f}/{r['recall_tokens_mean']:.0f}")
+    echo("baseline: brute-force numpy scan (matrix @ q, argpartition top-40)")
+    line("  p50", lambda r: fmt(r["brute"]["p50"], ".2f"))
+    line("  p95", lambda r: fmt(r["brute"]["p95"], ".2f"))
+    line("  ratio product / baseline, p50", lambda r: fmt(r["recall"]["p50"] / r["brute"]["p50"], ".1f", "x"))
+    line("  ratio product / baseline, p95", lambda r: fmt(r["recall"]["p95"] / r["brute"]["p95"], ".1f", "x"))
+    echo("retrievers alone")
+    line("  HNSW query (k=40, ef=64) p50, ms", lambda r: fmt(r["hnsw_only"]["p50"], ".3f"))
+    line("  HNSW / brute-force p50", lambda r: fmt(r["hnsw_only"]["p50"] / r["brute"]["p50"], ".2f", "x"))
+    line("  HNSW recall@10 vs brute force", lambda r: fmt(r["hnsw_recall_at_10"], ".3f"))
+    line("  BM25 search p50, ms", lambda r: fmt(r["bm25_only"]["p50"], ".3f"))
+    echo("sync of one appended message, ms")
+    line("  p50", lambda r: fmt(r["sync"]["p50"], ".2f"))
+    line("  p95", lambda r: fmt(r["sync"]["p95"], ".2f"))
+    echo("memory, MB (measure process: cold build, recall, sync)")
+    line("  peak RSS (ru_maxrss)", lambda r: fmt(r["rss_peak_mb"], ".0f"))
+    line("  current RSS after the runs", lambda r: fmt(r["rss_now_mb"], ".0f"))
+    line("  of which before opening the sidecar", lambda r: fmt(r["rss_fixtures_mb"], ".0f"))
+    line("  peak after reopen (same process)", lambda r: fmt(r["rss_peak_after_reopen_mb"], ".0f"))
+    line("  peak with the baseline's matrix loaded", lambda r: fmt(r["rss_peak_with_baseline_mb"], ".0f"))
+    line("  saved index files", lambda r: fmt(r["index_file_mb"], ".0f"))
+    echo("run")
+    line("  load average at start / end of measure",
+         lambda r: f"{r['loadavg_start']:.1f}/{r['loadavg_end']:.1f}")
+    line("  query vectors not precomputed (must be 0)", lambda r: str(r["query_misses"]))
+    line("  wall time populate + measure, s",
+         lambda r: f"{r['populate_wall_s']:.0f}+{r['measure_wall_s']:.0f}")
+    echo("")
+    echo("targets")
+    by_size = {r["size"]: r for r in results}
+    for size, key, limit, label in TARGETS:
+        r = by_size.get(size)
+        if r is None:
+            echo(f"  {label:<44}{'not run':>12}")
+            continue
+        value = r[key]
+        unit = " MB" if key.startswith("rss") else " ms"
+        ok = value < limit if key.startswith("rss") else value <= limit
+        echo(f"  {label:<44}{fmt(value, '.2f' if unit == ' ms' else '.0f', unit):>12}  {'PASS' if ok else 'MISS'}")
+    echo("Peak RSS is the measure process's high-water mark through cold build, recall and sync, before the "
+         "reopen and the baseline matrix.")
+    busy = [r for r in results if max(r["loadavg_start"], r["loadavg_end"]) > 1.5]
+    if busy:
+        names = ", ".join(f"{r['size']:,}" for r in busy)
+        echo(f"Note: load average above 1.5 on this {env['cpus']}-CPU machine during {names}: "
+             "other work was running; figures may be noisy.")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--sizes", default="1000,10000,100000", show_default=True,
+              help="Comma-separated chat sizes (memories), run in increasing order.")
+@click.option("--queries", default=200, show_default=True, type=click.IntRange(1),
+              help="Timed recall queries per size (after 20 warm-up queries).")
+@click.option("--syncs", default=100, show_default=True, type=click.IntRange(1),
+              help="Timed one-message syncs per size (after 10 warm-up syncs).")
+@click.option("--seed", default=1, show_default=True, help="Seed of the synthetic chat and queries.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of the table.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the chats here (one subdirectory per size) instead of a temp dir deleted after.")
+@click.option("--size", type=int, hidden=True, help="Internal: run one phase for this size.")
+@click.option("--phase", type=click.Choice(["populate", "measure"]), hidden=True, help="Internal.")
+def main(sizes: str, queries: int, syncs: int, seed: int, as_json: bool, data_dir: Path | None,
+         size: int | None, phase: str | None) -> None:
+    """Benchmark recall, sync, index build and memory at several chat sizes."""
+    if size is not None:  # a child process: one phase for one size, JSON on stdout
+        if phase is None or data_dir is None:
+            raise click.UsageError("--size needs --phase and --data-dir")
+        if phase == "populate":
+            result = asyncio.run(populate(size, data_dir, seed))
+        else:
+            result = asyncio.run(measure(size, data_dir, seed, queries, syncs))
+        click.echo(json.dumps(result))
+        return
+
+    try:
+        size_list = sorted({int(s) for s in sizes.split(",") if s.strip()})
+    except ValueError:
+        raise click.BadParameter("use comma-separated whole numbers, e.g. 1000,10000", param_hint="--sizes")
+    if not size_list or min(size_list) < 50:
+        raise click.BadParameter("sizes must be at least 50", param_hint="--sizes")
+    root = data_dir or Path(tempfile.mkdtemp(prefix="stbme-bench-"))
+    extra = ["--queries", str(queries), "--syncs", str(syncs), "--seed", str(seed)]
+    results = []
+    try:
+        for n in size_list:
+            chat_dir = root / f"chat-{n}"
+            if chat_dir.exists() and any(chat_dir.iterdir()):
+                raise click.ClickException(f"{chat_dir} is not empty; use another --data-dir")
+            pop, pop_wall = run_phase(n, "populate", chat_dir, extra)
+            res, res_wall = run_phase(n, "measure", chat_dir, extra)
+            res.update(populate=pop, populate_wall_s=pop_wall, measure_wall_s=res_wall)
+            results.append(res)
+            click.echo(f"[{n:>7,}] recall p50 {res['recall']['p50']:.2f} ms, p95 {res['recall']['p95']:.2f} ms; "
+                       f"brute force p50 {res['brute']['p50']:.2f} ms; peak RSS {res['rss_peak_mb']:.0f} MB",
+                       err=True)
+    finally:
+        if data_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    click.echo("timing the local model's query embedding", err=True)
+    env = {
+        "cpus": os.cpu_count(), "cpu": cpu_name(), "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version, "hnswlib": _version("hnswlib"),
+        "numpy": np.__version__, "seed": seed, "queries": queries, "syncs": syncs,
+        "local_model": local_query_ms(),
+    }
+    if as_json:
+        click.echo(json.dumps({"env": env, "results": results}, indent=2))
+    else:
+        print_report(env, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install the test dependencies and run every test: Python (pytest) and the ST extension (node --test,
+# headless Chromium). Run from anywhere; uses ./.venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  else
+    echo "chromium is missing: sudo apt-get install chromium" >&2; exit 1
+  fi
+fi
+(cd tests/js && npm ci --no-audit --no-fund --silent)
+
+echo "== python tests" >&2
+.venv/bin/python -m pytest -q "$@"
+echo "== extension unit tests" >&2
+(cd tests/js && node --test unit/)
+echo "== extension end-to-end tests (headless Chromium + real sidecar)" >&2
+(cd tests/js && STBME_PYTHON="$PWD/../../.venv/bin/python" node --test --test-concurrency=1 e2e/)

@@ -1,0 +1,238 @@
+"""Settings: one table of definitions drives defaults, validation, per-chat overrides, the schema
+endpoint the extension renders, `--setting` on the CLI and docs/settings.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import orjson
+
+from .errors import BadRequest
+
+SettingValue = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: SettingValue
+    type: str  # int | float | bool | str | choice | list
+    help: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    per_chat: bool = False
+    secret: bool = False
+    restart: bool = False  # takes effect on the next start
+
+    @property
+    def group(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def as_schema(self) -> dict:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "default": "" if self.secret else self.default,
+            "min": self.min,
+            "max": self.max,
+            "choices": list(self.choices) if self.choices else None,
+            "help": self.help,
+            "group": self.group,
+            "per_chat": self.per_chat,
+            "secret": self.secret,
+            "restart": self.restart,
+        }
+
+    def validate(self, value: Any) -> SettingValue:
+        """Return the value coerced to this setting's type, or raise BadRequest naming the setting."""
+        bad = lambda why: BadRequest(f"setting {self.name!r}: {why}", field=self.name)  # noqa: E731
+        if self.type == "bool":
+            if isinstance(value, bool):
+                return value
+            raise bad(f"expected true or false, got {value!r}")
+        if self.type in ("int", "float"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise bad(f"expected a number, got {value!r}")
+            if self.type == "int":
+                if isinstance(value, float) and not value.is_integer():
+                    raise bad(f"expected a whole number, got {value!r}")
+                value = int(value)
+            else:
+                value = float(value)
+                if not math.isfinite(value):
+                    raise bad("expected a finite number")
+            if self.min is not None and value < self.min:
+                raise bad(f"{value} is below the minimum {self.min:g}")
+            if self.max is not None and value > self.max:
+                raise bad(f"{value} is above the maximum {self.max:g}")
+            return value
+        if self.type == "choice":
+            if value not in (self.choices or ()):
+                raise bad(f"expected one of {', '.join(self.choices or ())}, got {value!r}")
+            return value
+        if self.type == "str":
+            if not isinstance(value, str):
+                raise bad(f"expected a string, got {value!r}")
+            if len(value) > 4000:
+                raise bad("longer than 4000 characters")
+            return value
+        if self.type == "list":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise bad("expected a list of strings")
+            return list(value)
+        raise AssertionError(f"unknown setting type {self.type}")
+
+
+S = Setting
+SETTINGS: tuple[Setting, ...] = (
+    # server
+    S("server.cors_origins", ["http://127.0.0.1:8000", "http://localhost:8000"], "list",
+      "Browser origins (the SillyTavern page) allowed to call the sidecar directly."),
+    S("server.max_body_bytes", 32 * 1024 * 1024, "int", "Largest request body accepted, in bytes.",
+      min=1024, max=1024 * 1024 * 1024, restart=True),
+    S("server.max_sync_messages", 2000, "int", "Most messages one sync request may carry.", min=1, max=100000),
+    S("server.max_message_chars", 200000, "int", "Longest message text accepted, in characters.",
+      min=100, max=10_000_000),
+    # embeddings
+    S("embed.provider", "local", "choice",
+      "Embedding model: 'local' (bundled multilingual-e5-small, no network) or 'openai' "
+      "(any OpenAI-compatible /v1/embeddings). Changing it re-embeds every memory in the background.",
+      choices=("local", "openai")),
+    S("embed.openai_url", "", "str", "Base URL of an OpenAI-compatible embeddings API, e.g. http://127.0.0.1:11434/v1."),
+    S("embed.openai_key", "", "str", "API key for the embeddings API (empty for local servers).", secret=True),
+    S("embed.openai_model", "text-embedding-3-small", "str", "Embedding model name for the OpenAI-compatible API."),
+    S("embed.batch_size", 32, "int", "Texts per embedding call.", min=1, max=2048),
+    S("embed.timeout_s", 30.0, "float", "Timeout of one embedding HTTP call, in seconds.", min=1, max=600),
+    S("embed.retries", 3, "int", "Retries of a failed embedding HTTP call (with backoff).", min=0, max=10),
+    # extraction (write path)
+    S("extract.enabled", True, "bool", "Turn new chat messages into memories.", per_chat=True),
+    S("extract.every", 1, "int", "Process memories after this many new assistant messages.",
+      min=1, max=50, per_chat=True),
+    S("extract.chunk_tokens", 350, "int",
+      "Heuristic mode: a message longer than this is stored as several event memories.", min=50, max=4000),
+    # recall (read path)
+    S("recall.enabled", True, "bool", "Return memories before each generation.", per_chat=True),
+    S("recall.budget_tokens", 800, "int", "Token budget of the injected memory block.",
+      min=50, max=16000, per_chat=True),
+    S("recall.max_memories", 12, "int", "Most memories in the block (pinned ones included).",
+      min=1, max=200, per_chat=True),
+    S("recall.candidates", 40, "int", "Candidates each retriever (vector, lexical) contributes.", min=5, max=500),
+    S("recall.vector_weight", 1.0, "float", "Weight of the vector ranking in reciprocal-rank fusion.", min=0, max=10),
+    S("recall.lexical_weight", 2.0, "float",
+      "Weight of the BM25 ranking in reciprocal-rank fusion (measured best at about 2).", min=0, max=10),
+    S("recall.importance_weight", 0.15, "float", "Weight of importance (0-10) in the final score.", min=0, max=5),
+    S("recall.recency_weight", 0.1, "float", "Weight of recency (message position) in the final score.", min=0, max=5),
+    S("recall.min_similarity", 0.78, "float",
+      "A memory found only by vector search needs at least this cosine similarity.", min=0, max=1),
+    S("recall.vector_margin", 0.04, "float",
+      "…and must beat the median similarity of the vector candidates by this much (e5 similarities are "
+      "high for everything; a memory must stand out to count).", min=0, max=1),
+    S("recall.min_bm25", 1.0, "float",
+      "A memory found only by keywords needs at least this BM25 score (one rare shared word is about 2).",
+      min=0, max=100),
+    S("recall.recent_turns", 2, "int", "Recent chat turns blended into the recall query.", min=0, max=20),
+    S("recall.exclude_recent_messages", 4, "int",
+      "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
+    S("recall.language", "auto", "choice", "Language of the block's section headings.",
+      choices=("auto", "en", "zh"), per_chat=True),
+    # injection (used by the extension)
+    S("inject.position", "in_chat", "choice",
+      "Where the extension puts the block: in chat at a depth, in the prompt, or before the prompt.",
+      choices=("in_chat", "in_prompt", "before_prompt"), per_chat=True),
+    S("inject.depth", 4, "int", "Depth (messages from the end) for in-chat injection.", min=0, max=9999, per_chat=True),
+    S("inject.role", "system", "choice", "Role of the injected block.",
+      choices=("system", "user", "assistant"), per_chat=True),
+    # index
+    S("index.m", 16, "int", "HNSW M (graph degree) for new indexes.", min=4, max=96),
+    S("index.ef_construction", 128, "int", "HNSW ef_construction for new indexes.", min=16, max=1000),
+    S("index.ef_search", 64, "int", "HNSW ef at query time.", min=10, max=2000),
+    S("index.save_every_s", 30.0, "float", "Save changed indexes to disk at most this often, in seconds.",
+      min=1, max=3600),
+)
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise BadRequest(f"unknown setting {name!r}", field=name) from None
+
+
+def defaults() -> dict[str, SettingValue]:
+    return {s.name: s.default for s in SETTINGS}
+
+
+def validate_updates(updates: Any, *, per_chat: bool = False) -> dict[str, SettingValue]:
+    """Validate a {name: value} mapping; the first bad key raises. None removes a per-chat override."""
+    if not isinstance(updates, dict):
+        raise BadRequest("'settings' must be an object of {name: value}", field="settings")
+    clean: dict[str, SettingValue] = {}
+    for name, value in updates.items():
+        s = setting(name)
+        if per_chat and not s.per_chat:
+            raise BadRequest(f"setting {name!r} cannot be set per chat", field=name)
+        clean[name] = None if (per_chat and value is None) else s.validate(value)
+    return clean
+
+
+def parse_cli_value(raw: str) -> Any:
+    """`--setting NAME VALUE`: VALUE is JSON when it parses as JSON, else a plain string."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+
+
+class Settings:
+    """Effective settings: defaults, then stored global values, then a chat's overrides.
+
+    The store persists them (table `settings`); this object is the in-memory view, updated only after
+    a successful write so readers never see a value that failed to save.
+    """
+
+    def __init__(self, global_values: dict | None = None, chat_values: dict[str, dict] | None = None):
+        self._global = defaults()
+        self._global.update(global_values or {})
+        self._chat: dict[str, dict] = {k: dict(v) for k, v in (chat_values or {}).items()}
+
+    def get(self, name: str, chat_id: str | None = None) -> SettingValue:
+        if chat_id is not None:
+            chat = self._chat.get(chat_id)
+            if chat and name in chat:
+                return chat[name]
+        return self._global[name]
+
+    def __getitem__(self, name: str) -> SettingValue:
+        return self._global[name]
+
+    def all(self, chat_id: str | None = None, *, reveal: bool = False) -> dict[str, SettingValue]:
+        values = dict(self._global)
+        if chat_id is not None:
+            values.update(self._chat.get(chat_id, {}))
+        if not reveal:
+            for s in SETTINGS:
+                if s.secret and values.get(s.name):
+                    values[s.name] = "***"
+        return values
+
+    def overrides(self, chat_id: str) -> dict[str, SettingValue]:
+        return dict(self._chat.get(chat_id, {}))
+
+    def apply_global(self, values: dict) -> None:
+        self._global.update(values)
+
+    def apply_chat(self, chat_id: str, values: dict) -> None:
+        chat = self._chat.setdefault(chat_id, {})
+        for k, v in values.items():
+            if v is None:
+                chat.pop(k, None)
+            else:
+                chat[k] = v
+
+    def forget_chat(self, chat_id: str) -> None:
+        self._chat.pop(chat_id, None)

@@ -1,0 +1,177 @@
+"""One chat's HNSW index: node ids mapped to monotonic integer labels (chroma's model).
+
+Labels are never reused for another node. A removed node's slot is `mark_deleted` and still takes
+capacity, so growth is sized by labels issued. A node that comes back (restore, rollback) gets its old
+label un-deleted and its vector replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+import orjson
+
+META_VERSION = 1
+MIN_CAPACITY = 1000
+GROWTH = 1.5
+
+
+class IndexMismatch(Exception):
+    """A saved index does not fit what the caller expects (embedder, dimension, file)."""
+
+
+class ChatIndex:
+    def __init__(self, dim: int, embedder_id: str, *, m: int = 16, ef_construction: int = 128,
+                 ef_search: int = 64, capacity: int = MIN_CAPACITY):
+        self.dim = dim
+        self.embedder_id = embedder_id
+        self.m = m
+        self.ef_construction = ef_construction
+        self.ef_search = ef_search
+        self._index = hnswlib.Index(space="cosine", dim=dim)
+        self._index.init_index(max_elements=max(capacity, MIN_CAPACITY), M=m, ef_construction=ef_construction,
+                               allow_replace_deleted=False)
+        self._index.set_ef(ef_search)
+        self.label_of: dict[str, int] = {}
+        self.id_of: dict[int, str] = {}
+        self.rev_of: dict[str, int] = {}       # live nodes only: the node revision indexed
+        self.next_label = 0
+        self.lock = threading.RLock()
+
+    # -- reads ----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.rev_of)
+
+    def __contains__(self, node_id: str) -> bool:
+        return node_id in self.rev_of
+
+    def query(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Nearest live nodes as (node_id, cosine similarity), best first."""
+        with self.lock:
+            k = min(k, len(self.rev_of))
+            if k <= 0:
+                return []
+            self._index.set_ef(max(self.ef_search, k))
+            labels, distances = self._index.knn_query(np.asarray(vector, dtype=np.float32).reshape(1, -1), k=k)
+        return [(self.id_of[int(lab)], 1.0 - float(dist)) for lab, dist in zip(labels[0], distances[0])]
+
+    def vectors(self, node_ids: list[str]) -> np.ndarray:
+        with self.lock:
+            labels = [self.label_of[n] for n in node_ids]
+            return np.asarray(self._index.get_items(labels), dtype=np.float32)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def _ensure_capacity(self, extra: int) -> None:
+        needed = self.next_label + extra
+        capacity = self._index.get_max_elements()
+        if needed > capacity:
+            self._index.resize_index(max(int(capacity * GROWTH), needed, MIN_CAPACITY))
+
+    def upsert(self, node_ids: list[str], vectors: np.ndarray, revs: list[int]) -> None:
+        """Add or replace vectors. Index first, bookkeeping after the add succeeded."""
+        if not node_ids:
+            return
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(len(node_ids), self.dim)
+        with self.lock:
+            new_ids = [n for n in dict.fromkeys(node_ids) if n not in self.label_of]
+            self._ensure_capacity(len(new_ids))
+            labels = {}
+            next_label = self.next_label
+            for n in new_ids:
+                labels[n] = next_label
+                next_label += 1
+            for n in node_ids:
+                if n in self.label_of:
+                    labels[n] = self.label_of[n]
+                    if n not in self.rev_of:  # was removed: bring the slot back
+                        self._index.unmark_deleted(labels[n])
+            self._index.add_items(vectors, np.asarray([labels[n] for n in node_ids], dtype=np.int64))
+            self.next_label = next_label
+            for n, rev in zip(node_ids, revs):
+                self.label_of[n] = labels[n]
+                self.id_of[labels[n]] = n
+                self.rev_of[n] = rev
+
+    def remove(self, node_ids: list[str]) -> None:
+        with self.lock:
+            for n in node_ids:
+                if n in self.rev_of:
+                    self._index.mark_deleted(self.label_of[n])
+                    del self.rev_of[n]
+
+    # -- persistence ----------------------------------------------------------------------------
+    def save(self, base: Path, watermark: int) -> None:
+        """Write `<base>.<gen>.bin` then the metadata `<base>.json` naming it, each atomically, so a
+        crash at any point leaves a metadata file that names a complete index."""
+        base = Path(base)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        old_meta = _read_meta(base)
+        gen = (old_meta or {}).get("gen", 0) + 1
+        bin_path = base.with_name(f"{base.name}.{gen}.bin")
+        with self.lock:
+            tmp = bin_path.with_suffix(".tmp")
+            self._index.save_index(str(tmp))
+            os.replace(tmp, bin_path)
+            meta = {
+                "version": META_VERSION, "gen": gen, "file": bin_path.name, "dim": self.dim,
+                "embedder": self.embedder_id, "space": "cosine", "m": self.m,
+                "ef_construction": self.ef_construction, "next_label": self.next_label,
+                "labels": self.label_of, "revs": self.rev_of, "watermark": watermark,
+            }
+        tmp_meta = base.with_name(base.name + ".json.tmp")
+        with open(tmp_meta, "wb") as fh:
+            fh.write(orjson.dumps(meta))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_meta, base.with_name(base.name + ".json"))
+        for stale in base.parent.glob(f"{base.name}.*.bin"):
+            if stale != bin_path:
+                stale.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, base: Path, *, embedder_id: str, dim: int, ef_search: int = 64) -> tuple["ChatIndex", int]:
+        """Load a saved index; raise IndexMismatch if it is missing, broken or built by another model.
+        Returns the index and the watermark it was saved at."""
+        base = Path(base)
+        meta = _read_meta(base)
+        if meta is None:
+            raise IndexMismatch("no saved index")
+        if meta.get("version") != META_VERSION:
+            raise IndexMismatch(f"index metadata version {meta.get('version')}")
+        if meta.get("embedder") != embedder_id or meta.get("dim") != dim:
+            raise IndexMismatch(f"index built by {meta.get('embedder')} ({meta.get('dim')}-d)")
+        bin_path = base.with_name(meta["file"])
+        if not bin_path.exists():
+            raise IndexMismatch("index file missing")
+        labels = {k: int(v) for k, v in meta["labels"].items()}
+        self = cls(dim, embedder_id, m=meta["m"], ef_construction=meta["ef_construction"], ef_search=ef_search)
+        try:
+            self._index.load_index(str(bin_path), max_elements=max(meta["next_label"], MIN_CAPACITY))
+        except (RuntimeError, OSError) as exc:
+            raise IndexMismatch(f"index file unreadable: {exc}") from None
+        self._index.set_ef(ef_search)
+        self.label_of = labels
+        self.id_of = {v: k for k, v in labels.items()}
+        self.rev_of = {k: int(v) for k, v in meta["revs"].items()}
+        self.next_label = meta["next_label"]
+        if self._index.get_current_count() != self.next_label:
+            raise IndexMismatch("index file does not match its metadata")
+        return self, int(meta.get("watermark", 0))
+
+    @staticmethod
+    def delete_files(base: Path) -> None:
+        base = Path(base)
+        for path in base.parent.glob(f"{base.name}.*"):
+            path.unlink(missing_ok=True)
+
+
+def _read_meta(base: Path) -> dict | None:
+    path = base.with_name(base.name + ".json")
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None

@@ -1,0 +1,1 @@
+"""The write path (sync, heuristic memories, job queue) and the read path (recall, rendering)."""

@@ -1,0 +1,179 @@
+"""Heuristic memories (no LLM): every chat message becomes `event` memories, speakers become
+`character` nodes, names that recur become `entity` anchors, all linked by edges.
+
+Deterministic given the messages in order, whatever the batch boundaries, so a rollback followed by
+re-processing ends exactly where a fresh ingest of the same chat ends.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+from ..graph.changes import ChangeSet
+from ..graph.model import Node, new_id
+from ..tokens import count_tokens
+from .lexical import STOPWORDS
+from .sync import Message
+
+REASONING_BLOCK = re.compile(r"<(think|thinking|analysis|reasoning)>.*?</\1>", re.S | re.I)
+_SENTENCE = re.compile(r"(?<=[.!?。！？…])\s*|\n+")
+_LATIN_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]*[a-z][a-zA-Z'\-]*\b")
+_CJK_QUOTED = re.compile(r"[「『《【“]([\u4e00-\u9fff\u3040-\u30ff]{2,8})[」』》】”]")
+_CJK_TITLED = re.compile(r"[\u4e00-\u9fff]{1,2}(?:先生|小姐|女士|夫人|大人|殿下|陛下|老师|队长|王国|帝国|城|村|镇|学院|公司|小队|军团|森林|神殿)")
+# Capitalised words that start sentences or address people, not names.
+_NOT_NAMES = frozenset("""
+i im ive id ill hey hi hello okay ok yes no oh ah well so then now maybe please thanks thank sorry wait
+what why how who when where which whose whatever though although because after before while until
+still just even also only never always sometimes perhaps really very quite mr mrs ms miss sir madam lady lord
+monday tuesday wednesday thursday friday saturday sunday january february march april may june july august
+september october november december god ooc let lets good great nice fine sure right left first last next
+""".split()) | STOPWORDS
+_ENTITY_TYPES = ("character", "entity", "location")
+
+
+def clean_text(text: str) -> str:
+    """Message text without reasoning blocks, with whitespace folded."""
+    text = REASONING_BLOCK.sub(" ", text)
+    return re.sub(r"[ \t]+", " ", text).strip()
+
+
+def split_chunks(text: str, max_tokens: int) -> list[str]:
+    """Cut text into pieces of at most about max_tokens tokens, on sentence boundaries."""
+    if count_tokens(text) <= max_tokens:
+        return [text] if text else []
+    chunks, current, current_tokens = [], [], 0
+    for sentence in (s.strip() for s in _SENTENCE.split(text)):
+        if not sentence:
+            continue
+        tokens = count_tokens(sentence)
+        if current and current_tokens + tokens > max_tokens:
+            chunks.append(" ".join(current))
+            current, current_tokens = [], 0
+        current.append(sentence)
+        current_tokens += tokens
+    if current:
+        chunks.append(" ".join(current))
+    return chunks
+
+
+def candidate_names(text: str) -> set[str]:
+    """Words that look like names: capitalised Latin words used as such, quoted or titled CJK terms."""
+    names = set()
+    lowered_words = set(re.findall(r"\b[a-z][a-z'\-]*\b", text))
+    for match in _LATIN_NAME.finditer(text):
+        word = match.group(0).strip("'-")
+        if len(word) < 2 or word.lower() in _NOT_NAMES or word.lower() in lowered_words:
+            continue
+        names.add(word)
+    names.update(m.group(1) for m in _CJK_QUOTED.finditer(text))
+    names.update(m.group(0) for m in _CJK_TITLED.finditer(text))
+    return names
+
+
+def _name_key(name: str) -> str:
+    return name.casefold().strip()
+
+
+def _mentions(key: str, folded_text: str) -> bool:
+    """Does the (casefolded) text mention this name? Latin names must stand as whole words."""
+    if len(key) < 2 or key not in folded_text:
+        return False
+    if key.isascii():
+        return re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", folded_text) is not None
+    return True
+
+
+class _Graph:
+    """Look-ups the heuristic needs, against the transaction's own view of the graph."""
+
+    def __init__(self, cs: ChangeSet):
+        self.cs = cs
+        self.conn: sqlite3.Connection = cs.conn
+        self.named: dict[str, str] = {}
+        for row in self.conn.execute(
+                "SELECT id, fields FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
+                f" ({','.join('?' * len(_ENTITY_TYPES))}) ORDER BY rowid", (cs.chat_id, *_ENTITY_TYPES)):
+            node = cs.get_node(row["id"])
+            name = str(node.fields.get("name") or "").strip()
+            if name:
+                self.named.setdefault(_name_key(name), node.id)
+
+    def named_node(self, name: str, type_: str) -> str:
+        key = _name_key(name)
+        node_id = self.named.get(key)
+        if node_id is None:
+            node = self.cs.insert_node(Node(id=new_id("n"), chat_id=self.cs.chat_id, type=type_,
+                                            fields={"name": name}, importance=6.0))
+            node_id = self.named[key] = node.id
+        return node_id
+
+    def last_event_before(self, index: int) -> str | None:
+        row = self.conn.execute(
+            "SELECT id FROM nodes WHERE chat_id = ? AND type = 'event' AND source = 'heuristic' AND seq_to < ?"
+            " ORDER BY seq_to DESC, rowid DESC LIMIT 1", (self.cs.chat_id, index)).fetchone()
+        return row[0] if row else None
+
+    def events_of_messages(self, indexes: list[int]) -> list[str]:
+        if not indexes:
+            return []
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM nodes WHERE chat_id = ? AND type = 'event' AND source = 'heuristic' AND seq_from IN"
+            f" ({','.join('?' * len(indexes))}) ORDER BY rowid", (self.cs.chat_id, *indexes))]
+
+    def mention(self, key: str, index: int) -> list[int]:
+        self.conn.execute("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx) VALUES (?,?,?)",
+                          (self.cs.chat_id, key, index))
+        return [r[0] for r in self.conn.execute(
+            "SELECT idx FROM mentions WHERE chat_id = ? AND name_key = ? ORDER BY idx", (self.cs.chat_id, key))]
+
+
+def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: int) -> int:
+    """Write heuristic memories for messages (in index order) into the change set. Returns events made."""
+    graph = _Graph(cs)
+    made = 0
+    for msg in messages:
+        if msg.role == "system":
+            continue
+        text = clean_text(msg.text)
+        if not text:
+            continue
+        speaker = msg.name.strip() or ("User" if msg.role == "user" else "Narrator")
+        speaker_id = graph.named_node(speaker, "character")
+        previous = graph.last_event_before(msg.index)
+        mentioned = sorted(candidate_names(text) - {speaker})
+        folded = text.casefold()
+        known = sorted(key for key in graph.named if key != _name_key(speaker) and _mentions(key, folded))
+        participants = [speaker] + [n for n in mentioned if graph.named.get(_name_key(n))]
+        events = []
+        for chunk in split_chunks(text, chunk_tokens):
+            node = cs.insert_node(Node(
+                id=new_id("n"), chat_id=cs.chat_id, type="event",
+                fields={"summary": chunk, "speaker": speaker, "participants": participants},
+                importance=5.0, seq_from=msg.index, seq_to=msg.index))
+            cs.add_edge(speaker_id, node.id, "involved_in", 0.9)
+            if previous:
+                cs.add_edge(node.id, previous, "replies_to", 0.5)
+            previous = node.id
+            events.append(node.id)
+            made += 1
+        linked = set()
+        for key in known:
+            linked.add(key)
+            for event_id in events:
+                cs.add_edge(graph.named[key], event_id, "involved_in", 0.7)
+        for name in mentioned:
+            key = _name_key(name)
+            indexes = graph.mention(key, msg.index)
+            if key in linked:
+                continue
+            if key in graph.named:
+                targets = events
+            elif len(indexes) >= 2:  # a name that recurs becomes an anchor, linked to every mention
+                graph.named_node(name, "entity")
+                targets = graph.events_of_messages(indexes)
+            else:
+                continue
+            for event_id in targets:
+                cs.add_edge(graph.named[key], event_id, "involved_in", 0.7)
+    return made

@@ -1,0 +1,218 @@
+"""BM25 over memory texts, CJK-aware: Latin words, CJK bigrams (Chinese has no spaces).
+
+One in-memory inverted index per chat, updated in place on every node change and rebuilt from
+the store on first use. Scoring is vectorised with numpy over the posting lists of the query terms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections import Counter
+
+import numpy as np
+import orjson
+
+from ..graph.model import node_text
+from ..store import Store
+
+K1 = 1.2
+B = 0.75
+
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
+_CJK_RUN = re.compile(rf"^[{_CJK}]+$")
+_CJK_STOP = frozenset("的了是在我你他她它们这那有和就不也都而及与着或一个上下")
+STOPWORDS = frozenset("""
+a an the and or but if then else of to in on at by for with from as is are was were be been being am do does did
+i me my mine you your yours he him his she her hers it its we us our they them their this that these those there
+here what which who whom whose when where why how not no nor so too very can could would should will shall may
+might must just than into onto over under about up down out off again once all any both each few more most other
+some such only own same s t don now o re ve ll d m let lets oh ah yes yeah ok okay
+""".split())
+
+
+def _stem(word: str) -> str:
+    # Light English plural folding: "keys" ~ "key", "boxes" stays close enough; keeps names intact.
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def tokenize(text: str) -> list[str]:
+    """Search terms of a text: lowercased Latin/digit words minus stopwords, CJK bigrams."""
+    terms: list[str] = []
+    for match in _TOKEN.finditer(text.lower()):
+        tok = match.group(0)
+        if _CJK_RUN.match(tok):
+            if len(tok) == 1:
+                if tok not in _CJK_STOP:
+                    terms.append(tok)
+            else:
+                terms.extend(tok[i:i + 2] for i in range(len(tok) - 1))
+        elif tok not in STOPWORDS and (len(tok) > 1 or tok.isdigit()):
+            terms.append(_stem(tok))
+    return terms
+
+
+class LexicalIndex:
+    """BM25 index over node texts; doc slots are append-only, removed docs are masked out."""
+
+    def __init__(self):
+        self.slot_of: dict[str, int] = {}
+        self.node_of: list[str | None] = []
+        self.lengths: list[int] = []
+        self.active: list[bool] = []
+        self.postings: dict[str, tuple[list[int], list[int]]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._np_lengths: np.ndarray | None = None
+        self._np_active: np.ndarray | None = None
+        self.live = 0
+        self.total_length = 0
+
+    def __len__(self) -> int:
+        return self.live
+
+    def upsert(self, node_id: str, text: str) -> None:
+        self.remove(node_id)
+        counts = Counter(tokenize(text))
+        slot = len(self.node_of)
+        self.node_of.append(node_id)
+        self.slot_of[node_id] = slot
+        length = sum(counts.values())
+        self.lengths.append(length)
+        self.active.append(True)
+        self.live += 1
+        self.total_length += length
+        for term, tf in counts.items():
+            docs, tfs = self.postings.setdefault(term, ([], []))
+            docs.append(slot)
+            tfs.append(tf)
+            self._arrays.pop(term, None)
+        self._np_lengths = self._np_active = None
+
+    def remove(self, node_id: str) -> None:
+        slot = self.slot_of.pop(node_id, None)
+        if slot is None:
+            return
+        self.active[slot] = False
+        self.node_of[slot] = None
+        self.live -= 1
+        self.total_length -= self.lengths[slot]
+        self._np_active = None
+        if len(self.node_of) > 1024 and self.live < len(self.node_of) // 2:
+            self._compact()
+
+    def _compact(self) -> None:
+        # Rebuild postings without removed slots; keeps memory and df honest after many removals.
+        keep = [i for i, a in enumerate(self.active) if a]
+        remap = {old: new for new, old in enumerate(keep)}
+        postings = {}
+        for term, (docs, tfs) in self.postings.items():
+            pairs = [(remap[d], tf) for d, tf in zip(docs, tfs) if d in remap]
+            if pairs:
+                postings[term] = ([d for d, _ in pairs], [tf for _, tf in pairs])
+        self.postings = postings
+        self.node_of = [self.node_of[i] for i in keep]
+        self.lengths = [self.lengths[i] for i in keep]
+        self.active = [True] * len(keep)
+        self.slot_of = {n: i for i, n in enumerate(self.node_of)}
+        self._arrays.clear()
+        self._np_lengths = self._np_active = None
+
+    def _term_arrays(self, term: str):
+        arrays = self._arrays.get(term)
+        if arrays is None:
+            docs, tfs = self.postings[term]
+            arrays = (np.asarray(docs, dtype=np.int64), np.asarray(tfs, dtype=np.float32))
+            self._arrays[term] = arrays
+        return arrays
+
+    def search(self, query: str, k: int) -> list[tuple[str, float]]:
+        """Top k (node_id, BM25 score) for the query, best first; only docs matching a term."""
+        terms = [t for t in dict.fromkeys(tokenize(query)) if t in self.postings]
+        if not terms or self.live == 0:
+            return []
+        if self._np_lengths is None:
+            self._np_lengths = np.asarray(self.lengths, dtype=np.float32)
+        if self._np_active is None:
+            self._np_active = np.asarray(self.active, dtype=np.float32)
+        avg = max(self.total_length / max(self.live, 1), 1.0)
+        norm = K1 * (1 - B + B * self._np_lengths / avg)
+        scores = np.zeros(len(self.node_of), dtype=np.float32)
+        n = self.live
+        for term in terms:
+            docs, tfs = self._term_arrays(term)
+            df = len(docs)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            scores[docs] += idf * tfs * (K1 + 1) / (tfs + norm[docs])
+        scores *= self._np_active
+        hits = np.flatnonzero(scores > 0)
+        if hits.size == 0:
+            return []
+        if hits.size > k:
+            hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+        hits = hits[np.argsort(-scores[hits], kind="stable")]
+        return [(self.node_of[i], float(scores[i])) for i in hits]
+
+
+def _lexical_rows(conn, chat_id: str, node_ids: list[str] | None = None):
+    sql = "SELECT id, fields, tags, archived FROM nodes WHERE chat_id = ?"
+    if node_ids is None:
+        return conn.execute(sql + " AND archived = 0", (chat_id,)).fetchall()
+    rows = []
+    for i in range(0, len(node_ids), 500):
+        part = node_ids[i:i + 500]
+        rows += conn.execute(sql + f" AND id IN ({','.join('?' * len(part))})", (chat_id, *part)).fetchall()
+    return rows
+
+
+def _doc_text(row) -> str:
+    fields = orjson.loads(row["fields"])
+    tags = orjson.loads(row["tags"]) if row["tags"] else []
+    return node_text(fields) + (" " + " ".join(tags) if tags else "")
+
+
+class LexicalIndexes:
+    """One LexicalIndex per chat, built from the store on first use and kept in step by apply()."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._indexes: dict[str, LexicalIndex] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, chat_id: str) -> LexicalIndex:
+        index = self._indexes.get(chat_id)
+        if index is not None:
+            return index
+        async with self._locks.setdefault(chat_id, asyncio.Lock()):
+            index = self._indexes.get(chat_id)
+            if index is None:
+                rows = await self.store.read(lambda conn: _lexical_rows(conn, chat_id))
+                index = await asyncio.to_thread(self._build, rows)
+                self._indexes[chat_id] = index
+            return index
+
+    @staticmethod
+    def _build(rows) -> LexicalIndex:
+        index = LexicalIndex()
+        for row in rows:
+            index.upsert(row["id"], _doc_text(row))
+        return index
+
+    async def apply(self, chat_id: str, node_ids) -> None:
+        index = self._indexes.get(chat_id)
+        if index is None or not node_ids:
+            return
+        node_ids = list(node_ids)
+        rows = {r["id"]: r for r in await self.store.read(lambda conn: _lexical_rows(conn, chat_id, node_ids))}
+        for node_id in node_ids:
+            row = rows.get(node_id)
+            if row is None or row["archived"]:
+                index.remove(node_id)
+            else:
+                index.upsert(node_id, _doc_text(row))
+
+    def drop(self, chat_id: str) -> None:
+        self._indexes.pop(chat_id, None)

@@ -1,0 +1,161 @@
+"""Recall: the read path. Hybrid retrieval (HNSW vectors + BM25, fused by reciprocal rank), importance
+and recency, core memories first, rendered into a token-budgeted block."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from ..embed import EmbeddingService
+from ..graph.model import Node, node_from_row
+from ..graph.schema import NODE_TYPES
+from ..index import IndexManager
+from ..store import Store
+from ..tokens import count_tokens
+from .lexical import LexicalIndexes
+from .render import detect_language, has_content, render_block
+
+CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
+RRF_K = 60
+RECENT_WEIGHTS = (0.35, 0.15, 0.1, 0.05)
+
+
+@dataclasses.dataclass
+class RecallQuery:
+    query: str
+    recent: list[dict]
+    budget_tokens: int
+    max_memories: int
+
+
+@dataclasses.dataclass
+class Scored:
+    node: Node
+    score: float
+    parts: dict[str, float]
+    core: bool = False
+
+
+def _recent_texts(recent: list[dict], turns: int) -> list[str]:
+    texts = [str(m.get("text") or "").strip() for m in recent[-turns:]] if turns else []
+    return [t[:600] for t in reversed(texts) if t]  # newest first
+
+
+async def query_vector(embeddings: EmbeddingService, query: str, recent: list[str]) -> np.ndarray | None:
+    """The user's input blended with the last turns (weights fall with age), as one unit vector."""
+    parts = ([(query, 1.0)] if query.strip() else []) + list(zip(recent, RECENT_WEIGHTS))
+    if not parts:
+        return None
+    total = None
+    for text, weight in parts:
+        vec = await embeddings.embed_query(text) * weight
+        total = vec if total is None else total + vec
+    norm = float(np.linalg.norm(total))
+    return total / norm if norm else None
+
+
+def _fetch(conn, chat_id: str, ids: list[str]):
+    core = conn.execute(
+        f"SELECT * FROM nodes WHERE chat_id = ? AND archived = 0 AND (pinned = 1 OR type IN"
+        f" ({','.join('?' * len(CORE_TYPES))}))", (chat_id, *CORE_TYPES)).fetchall()
+    rows = []
+    for i in range(0, len(ids), 500):
+        part = ids[i:i + 500]
+        rows += conn.execute(f"SELECT * FROM nodes WHERE chat_id = ? AND archived = 0 AND id IN"
+                             f" ({','.join('?' * len(part))})", (chat_id, *part)).fetchall()
+    length = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+    return core, rows, length
+
+
+async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexManager, lexical: LexicalIndexes,
+                 chat_id: str, q: RecallQuery, settings) -> dict:
+    """Run one recall; `settings(name)` gives the chat's effective setting."""
+    started = time.perf_counter()
+    recent = _recent_texts(q.recent, settings("recall.recent_turns"))
+    k = settings("recall.candidates")
+    qvec = await query_vector(embeddings, q.query, recent)
+    embed_ms = (time.perf_counter() - started) * 1000
+    vec_hits: list[tuple[str, float]] = []
+    if qvec is not None:
+        hnsw = await indexes.get(chat_id)
+        vec_hits = hnsw.query(qvec, k)
+    lex_text = " ".join([q.query] + recent[:1])
+    lex_hits = (await lexical.get(chat_id)).search(lex_text, k) if lex_text.strip() else []
+    result = rank(
+        vec_hits, lex_hits, await store.read(lambda conn: _fetch(conn, chat_id, list(
+            dict.fromkeys([n for n, _ in vec_hits] + [n for n, _ in lex_hits])))),
+        settings=settings, max_memories=q.max_memories)
+    lang = settings("recall.language")
+    if lang == "auto":
+        lang = detect_language([q.query] + recent + [s.node.label for s in result[:5]])
+    text, placed = render_block([s.node for s in result], q.budget_tokens, lang)
+    placed_ids = {n.id for n in placed}
+    chosen = [s for s in result if s.node.id in placed_ids]
+    if chosen:
+        ids = [s.node.id for s in chosen]
+        now = time.time()
+        store.write_nowait(lambda conn: conn.executemany(
+            "UPDATE nodes SET access_count = access_count + 1, last_access = ? WHERE id = ?",
+            [(now, i) for i in ids]))
+    return {
+        "text": text,
+        "tokens": count_tokens(text),
+        "language": lang,
+        "memories": [{
+            "id": s.node.id, "type": s.node.type, "label": s.node.label, "score": round(s.score, 4),
+            "pinned": s.node.pinned, "core": s.core, "score_parts": {k: round(v, 4) for k, v in s.parts.items()},
+            "seq_range": [s.node.seq_from, s.node.seq_to] if s.node.seq_from is not None else None,
+        } for s in chosen],
+        "took_ms": round((time.perf_counter() - started) * 1000, 2),
+        "embed_ms": round(embed_ms, 2),
+    }
+
+
+def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int) -> list[Scored]:
+    """Fuse the rankings, gate weak matches, add importance and recency; core memories first."""
+    core_rows, rows, length = fetched
+    nodes = {r["id"]: node_from_row(r) for r in rows}
+    exclude_from = length - settings("recall.exclude_recent_messages")
+    w_vec, w_lex = settings("recall.vector_weight"), settings("recall.lexical_weight")
+    w_imp, w_rec = settings("recall.importance_weight"), settings("recall.recency_weight")
+    min_sim, min_bm25 = settings("recall.min_similarity"), settings("recall.min_bm25")
+    if len(vec_hits) >= 5:
+        min_sim = max(min_sim, float(np.median([s for _, s in vec_hits])) + settings("recall.vector_margin"))
+    best = (w_vec + w_lex) / (RRF_K + 1) or 1.0
+    sims = dict(vec_hits)
+    bm25 = dict(lex_hits)
+    fusion: dict[str, float] = {}
+    for weight, hits in ((w_vec, vec_hits), (w_lex, lex_hits)):
+        for rank_, (node_id, _) in enumerate(hits):
+            fusion[node_id] = fusion.get(node_id, 0.0) + weight / (RRF_K + rank_ + 1)
+
+    def recency(node: Node) -> float:
+        if node.seq_to is None or length == 0:
+            return 0.5
+        return 1.0 / (1.0 + max(0, length - 1 - node.seq_to) / 100.0)
+
+    scored = []
+    for node_id, fused in fusion.items():
+        node = nodes.get(node_id)
+        if node is None or node.pinned or node.type in CORE_TYPES or not has_content(node):
+            continue
+        if node.seq_from is not None and node.seq_from >= exclude_from:
+            continue  # still in the prompt's chat history
+        sim, lex = sims.get(node_id, 0.0), bm25.get(node_id, 0.0)
+        if sim < min_sim and lex < min_bm25:
+            continue
+        parts = {"vector": sim, "lexical": lex, "fusion": fused / best, "importance": node.importance / 10,
+                 "recency": recency(node)}
+        score = parts["fusion"] + w_imp * parts["importance"] + w_rec * parts["recency"]
+        scored.append(Scored(node, score, parts))
+    scored.sort(key=lambda s: (-s.score, s.node.id))
+    core = []
+    for row in core_rows:
+        node = node_from_row(row)
+        parts = {"vector": sims.get(node.id, 0.0), "lexical": bm25.get(node.id, 0.0), "fusion": 0.0,
+                 "importance": node.importance / 10, "recency": recency(node)}
+        core.append(Scored(node, 1.0 + node.importance / 10 + (1.0 if node.pinned else 0.0), parts, core=True))
+    core.sort(key=lambda s: (-s.score, s.node.id))
+    return (core + scored)[:max_memories]

@@ -1,0 +1,113 @@
+"""Render chosen memories as the block injected into the prompt, in the chat's language, within a
+token budget (cl100k_base): never over it."""
+
+from __future__ import annotations
+
+import re
+
+from ..graph.model import Node, field_text
+from ..graph.schema import NODE_TYPES
+from ..tokens import count_tokens, truncate_to_tokens
+
+SECTION_ORDER = ("directives", "rules", "state", "episodic", "reflective", "other")
+HEADINGS = {
+    "en": {
+        "title": "[Long-term memory of this story: background for continuity. Use what fits; do not repeat it verbatim.]",
+        "directives": "## User directives (follow these)",
+        "rules": "## Rules and constraints",
+        "state": "## Characters, places and things",
+        "episodic": "## Past events",
+        "reflective": "## Reflections and synopsis",
+        "other": "## Other notes",
+        "message": "msg",
+    },
+    "zh": {
+        "title": "[本故事的长期记忆：用于保持前后连贯的背景。按需使用，不要逐字复述。]",
+        "directives": "## 用户指示（请遵守）",
+        "rules": "## 规则与约束",
+        "state": "## 人物、地点与事物",
+        "episodic": "## 过往事件",
+        "reflective": "## 反思与概要",
+        "other": "## 其他记忆",
+        "message": "楼",
+    },
+}
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_HIDDEN_FIELDS = {"speaker", "participants"}
+
+
+def detect_language(texts: list[str]) -> str:
+    """'zh' when CJK characters make up a good share of the letters, else 'en'."""
+    sample = " ".join(texts)[:4000]
+    letters = sum(ch.isalpha() for ch in sample)
+    cjk = len(_CJK.findall(sample))
+    return "zh" if letters and cjk / letters > 0.2 else "en"
+
+
+def section_of(node: Node) -> str:
+    spec = NODE_TYPES.get(node.type)
+    return spec.section if spec else "other"
+
+
+def render_line(node: Node, lang: str) -> str:
+    """One memory as a bullet line."""
+    f = node.fields
+    if node.type == "event":
+        where = f"[{HEADINGS[lang]['message']} {node.seq_from}] " if node.seq_from is not None else ""
+        speaker = f"{f['speaker']}: " if f.get("speaker") else ""
+        body = field_text(f.get("title")) + (" — " if f.get("title") else "") + field_text(f.get("summary"))
+        return f"- {where}{speaker}{body}".strip()
+    head = field_text(f.get("name") or f.get("title") or "")
+    rest = [f"{k}: {field_text(v)}" for k, v in f.items()
+            if k not in ("name", "title") and k not in _HIDDEN_FIELDS and field_text(v)]
+    if node.type in ("rule",) and f.get("constraint"):
+        rest = [field_text(f["constraint"])] + [r for r in rest if not r.startswith("constraint:")]
+    if len(rest) == 1 and ":" in rest[0] and rest[0].split(":", 1)[0] in ("summary", "content", "insight"):
+        rest = [rest[0].split(":", 1)[1].strip()]
+    text = head + (": " if head and rest else "") + "; ".join(rest)
+    return f"- {text}"
+
+
+def has_content(node: Node) -> bool:
+    """A bare name anchor (no other field) says nothing on its own: it is not injected."""
+    return any(field_text(v) for k, v in node.fields.items() if k not in ("name", "speaker"))
+
+
+def render_block(nodes: list[Node], budget_tokens: int, lang: str) -> tuple[str, list[Node]]:
+    """Fit nodes (in priority order) into the budget. Returns the text and the nodes it holds."""
+    h = HEADINGS[lang]
+    line_cap = max(40, budget_tokens // 3)
+    chosen: list[tuple[Node, str]] = []
+    used = count_tokens(h["title"])
+    sections_used: set[str] = set()
+    for node in nodes:
+        line = truncate_to_tokens(render_line(node, lang), line_cap)
+        section = section_of(node)
+        cost = count_tokens(line) + 1
+        if section not in sections_used:
+            cost += count_tokens(h[section]) + 2
+        if used + cost > budget_tokens:
+            continue  # a shorter, lower-ranked memory may still fit
+        chosen.append((node, line))
+        sections_used.add(section)
+        used += cost
+    while chosen:
+        text = _assemble(chosen, h)
+        if count_tokens(text) <= budget_tokens:
+            return text, [n for n, _ in chosen]
+        chosen.pop()  # token counts of joined text can differ by a few from the sum of parts
+    return "", []
+
+
+def _assemble(chosen: list[tuple[Node, str]], h: dict) -> str:
+    parts = [h["title"]]
+    for section in SECTION_ORDER:
+        lines = [(n, line) for n, line in chosen if section_of(n) == section]
+        if not lines:
+            continue
+        if section == "episodic":  # story order reads better than score order
+            lines.sort(key=lambda item: (item[0].seq_from if item[0].seq_from is not None else 1 << 60))
+        parts.append("")
+        parts.append(h[section])
+        parts.extend(line for _, line in lines)
+    return "\n".join(parts)

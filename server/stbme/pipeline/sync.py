@@ -1,0 +1,225 @@
+"""Chat sync with exact rollback. The chat in SillyTavern is the truth (protocol in docs/api.md).
+
+The client sends the chat length, a contiguous slice of messages and prefix-chain anchors. The sidecar
+proves the part before the slice equal via the anchors (or asks for more), finds the first index whose
+stored copy differs, undoes every memory change derived from messages at or after it (journal, newest
+first), stores the new messages, and leaves the rest to the job queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from typing import Any
+
+from ..errors import BadRequest
+from ..graph.changes import bump_node_rev, ensure_chat
+from ..hashing import chain_hash, message_hash
+from ..store import journal
+from ..store.events import record_event
+from ..store.jobs import enqueue_job
+
+ROLES = ("user", "assistant", "system")
+
+
+@dataclasses.dataclass
+class Message:
+    index: int
+    role: str
+    name: str
+    text: str
+    swipe_id: int | None = None
+    send_date: str | None = None
+
+    @property
+    def hash(self) -> str:
+        return message_hash(self.role, self.name, self.text)
+
+
+@dataclasses.dataclass
+class SyncRequest:
+    length: int
+    messages: list[Message]
+    anchors: dict[int, str]
+
+
+@dataclasses.dataclass
+class SyncResult:
+    status: str
+    stored_length: int
+    diverged_at: int | None
+    need_from: int | None
+    processed_upto: int
+    queued: bool
+    rolled_back: int
+    touched_nodes: set[str] = dataclasses.field(default_factory=set)
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.pop("touched_nodes")
+        return data
+
+
+def _int(value: Any, field: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"'{field}' must be a whole number", field=field)
+    if value < minimum:
+        raise BadRequest(f"'{field}' must be at least {minimum}", field=field)
+    return value
+
+
+def parse_sync_request(body: Any, *, max_messages: int, max_chars: int) -> SyncRequest:
+    """Validate a sync body; every problem is a 400 naming the field."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object with 'length', 'messages' and 'anchors'")
+    length = _int(body.get("length"), "length")
+    raw_messages = body.get("messages", [])
+    if not isinstance(raw_messages, list):
+        raise BadRequest("'messages' must be a list", field="messages")
+    if len(raw_messages) > max_messages:
+        raise BadRequest(f"{len(raw_messages)} messages in one sync; the limit is {max_messages} "
+                         "(server.max_sync_messages): send them in chunks", field="messages")
+    messages = []
+    for i, raw in enumerate(raw_messages):
+        where = f"messages[{i}]"
+        if not isinstance(raw, dict):
+            raise BadRequest(f"'{where}' must be an object", field=where)
+        index = _int(raw.get("index"), f"{where}.index")
+        role = raw.get("role")
+        if role not in ROLES:
+            raise BadRequest(f"'{where}.role' must be one of user, assistant, system (got {role!r})",
+                             field=f"{where}.role")
+        name = raw.get("name") or ""
+        text = raw.get("text")
+        if not isinstance(name, str):
+            raise BadRequest(f"'{where}.name' must be a string", field=f"{where}.name")
+        if not isinstance(text, str):
+            raise BadRequest(f"'{where}.text' must be a string", field=f"{where}.text")
+        if len(text) > max_chars:
+            raise BadRequest(f"'{where}.text' has {len(text)} characters; the limit is {max_chars} "
+                             "(server.max_message_chars)", field=f"{where}.text")
+        swipe_id = raw.get("swipe_id")
+        if swipe_id is not None:
+            swipe_id = _int(swipe_id, f"{where}.swipe_id")
+        send_date = raw.get("send_date")
+        if send_date is not None and not isinstance(send_date, (str, int, float)):
+            raise BadRequest(f"'{where}.send_date' must be a string", field=f"{where}.send_date")
+        messages.append(Message(index, role, name, text, swipe_id, None if send_date is None else str(send_date)))
+    for prev, cur in zip(messages, messages[1:]):
+        if cur.index != prev.index + 1:
+            raise BadRequest(f"message indexes must be contiguous: {prev.index} is followed by {cur.index}",
+                             field="messages")
+    if messages and messages[-1].index >= length:
+        raise BadRequest(f"message index {messages[-1].index} is not below length {length}", field="messages")
+    raw_anchors = body.get("anchors", [])
+    if not isinstance(raw_anchors, list):
+        raise BadRequest("'anchors' must be a list of {index, chain}", field="anchors")
+    anchors = {}
+    for i, raw in enumerate(raw_anchors[:256]):
+        if not isinstance(raw, dict) or not isinstance(raw.get("chain"), str):
+            raise BadRequest(f"'anchors[{i}]' must be an object with 'index' and 'chain'", field=f"anchors[{i}]")
+        anchors[_int(raw.get("index"), f"anchors[{i}].index")] = raw["chain"]
+    return SyncRequest(length, messages, anchors)
+
+
+def _stored_chains(conn: sqlite3.Connection, chat_id: str, indexes: list[int]) -> dict[int, tuple[str, str]]:
+    out = {}
+    for i in range(0, len(indexes), 500):
+        part = indexes[i:i + 500]
+        for row in conn.execute(
+                f"SELECT idx, hash, chain FROM messages WHERE chat_id = ? AND idx IN ({','.join('?' * len(part))})",
+                (chat_id, *part)):
+            out[row[0]] = (row[1], row[2])
+    return out
+
+
+def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extract_enabled: bool) -> SyncResult:
+    """The whole sync as one transaction (runs on the writer thread)."""
+    ensure_chat(conn, chat_id)
+    chat = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+    processed_upto = chat["processed_upto"]
+    stored_length = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+    start = req.messages[0].index if req.messages else req.length
+    end = req.messages[-1].index if req.messages else req.length - 1
+
+    # 1. Prove the prefix before the slice equal (chain anchors), or ask for more.
+    wanted = sorted(i for i in req.anchors if i < stored_length)
+    stored = _stored_chains(conn, chat_id, sorted(set(wanted) | set(range(max(start - 1, 0), min(end + 1, stored_length)))))
+    proven = -1
+    for i in wanted:
+        if stored[i][1] == req.anchors[i]:
+            proven = max(proven, i)
+        else:
+            break  # chains past a mismatch cannot match
+    if start > 0 and proven < start - 1:
+        need_from = proven + 1
+        return SyncResult("need_more", stored_length, None, need_from, processed_upto,
+                          _has_open_job(conn, chat_id), 0)
+
+    # 2. First index whose stored copy differs.
+    diverged = None
+    for msg in req.messages:
+        if msg.index >= stored_length or stored[msg.index][0] != msg.hash:
+            diverged = msg.index
+            break
+    whole_chat = end >= req.length - 1
+    if diverged is None and whole_chat and stored_length > req.length:
+        diverged = req.length  # messages were deleted at the end
+    if diverged is not None and diverged == stored_length and stored_length <= req.length:
+        cut = None  # a plain append: nothing stored differs
+    else:
+        cut = diverged
+
+    # 3. Undo memories derived from messages >= the cut, then replace the messages.
+    rolled_back = 0
+    touched: set[str] = set()
+    if cut is not None:
+        conn.execute("UPDATE chats SET revision = revision + 1 WHERE chat_id = ?", (chat_id,))
+        if cut <= processed_upto:
+            undo = journal.rollback_from(conn, chat_id, cut, lambda: bump_node_rev(conn, chat_id))
+            rolled_back = undo.entries
+            touched = undo.touched_nodes
+            restart = min(cut, undo.reprocess_from if undo.reprocess_from is not None else cut)
+            processed_upto = restart - 1
+            conn.execute("DELETE FROM mentions WHERE chat_id = ? AND idx >= ?", (chat_id, restart))
+            record_event(conn, chat_id, "rollback", diverged_at=cut, entries=undo.entries,
+                         batches=undo.batches, reprocess_from=restart)
+        conn.execute("DELETE FROM messages WHERE chat_id = ? AND idx >= ?", (chat_id, cut))
+        stored_length = min(stored_length, cut)
+    if diverged is not None:
+        prev_chain = stored[diverged - 1][1] if diverged > 0 else ""
+        rows = []
+        for msg in req.messages:
+            if msg.index < diverged:
+                continue
+            prev_chain = chain_hash(prev_chain, msg.hash)
+            rows.append((chat_id, msg.index, msg.hash, prev_chain, msg.role, msg.name, msg.text, msg.swipe_id,
+                         msg.send_date))
+        conn.executemany("INSERT INTO messages (chat_id, idx, hash, chain, role, name, text, swipe_id, send_date)"
+                         " VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        stored_length = max(stored_length, diverged + len(rows))
+    conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
+                 (processed_upto, time.time(), chat_id))
+
+    queued = _has_open_job(conn, chat_id)
+    # A running job may already be past its last look at the messages: queue another behind it.
+    if extract_enabled and processed_upto < stored_length - 1 and not _has_open_job(conn, chat_id, ("pending",)):
+        enqueue_job(conn, chat_id, "process")
+        queued = True
+    status = "synced" if whole_chat else "need_more"
+    need_from = None if whole_chat else end + 1
+    return SyncResult(status, stored_length, diverged if cut is not None else None, need_from, processed_upto,
+                      queued, rolled_back, touched)
+
+
+def _has_open_job(conn: sqlite3.Connection, chat_id: str, states=("pending", "running")) -> bool:
+    return conn.execute(f"SELECT 1 FROM jobs WHERE chat_id = ? AND kind = 'process' AND state IN"
+                        f" ({','.join('?' * len(states))})", (chat_id, *states)).fetchone() is not None
+
+
+def load_messages(conn: sqlite3.Connection, chat_id: str, start: int, end: int | None = None) -> list[Message]:
+    rows = conn.execute(
+        "SELECT idx, role, name, text, swipe_id, send_date FROM messages WHERE chat_id = ? AND idx >= ?"
+        " AND (? IS NULL OR idx <= ?) ORDER BY idx", (chat_id, start, end, end)).fetchall()
+    return [Message(r["idx"], r["role"], r["name"], r["text"], r["swipe_id"], r["send_date"]) for r in rows]

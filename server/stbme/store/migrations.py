@@ -1,0 +1,183 @@
+"""Forward-only schema migrations: numbered functions, applied names recorded in `migrations`.
+
+A shipped migration is never edited; a change of schema is a new function at the end.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Callable
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = []
+
+
+def migration(fn: Callable[[sqlite3.Connection], None]):
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+@migration
+def m001_initial(conn: sqlite3.Connection) -> None:
+    _run_script(
+        conn,
+        """
+        CREATE TABLE chats (
+            chat_id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            processed_upto INTEGER NOT NULL DEFAULT -1,   -- last message index whose memories exist
+            revision INTEGER NOT NULL DEFAULT 0,          -- bumped by every rollback: stale work is dropped
+            node_rev INTEGER NOT NULL DEFAULT 0           -- bumped by every node write: index watermark
+        );
+        CREATE TABLE messages (
+            chat_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            hash TEXT NOT NULL,
+            chain TEXT NOT NULL,
+            role TEXT NOT NULL,
+            name TEXT NOT NULL,
+            text TEXT NOT NULL,
+            swipe_id INTEGER,
+            send_date TEXT,
+            PRIMARY KEY (chat_id, idx)
+        ) WITHOUT ROWID;
+        CREATE TABLE nodes (
+            id TEXT PRIMARY KEY,
+            chat_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            fields TEXT NOT NULL,
+            importance REAL NOT NULL DEFAULT 5,
+            weight REAL NOT NULL DEFAULT 1,
+            seq_from INTEGER,
+            seq_to INTEGER,
+            level INTEGER NOT NULL DEFAULT 0,
+            parent_id TEXT,
+            children TEXT NOT NULL DEFAULT '[]',
+            archived INTEGER NOT NULL DEFAULT 0,
+            locked INTEGER NOT NULL DEFAULT 0,
+            pinned INTEGER NOT NULL DEFAULT 0,
+            scope TEXT NOT NULL DEFAULT 'objective',
+            story_time TEXT,
+            tags TEXT NOT NULL DEFAULT '[]',
+            embedding BLOB,
+            embedder TEXT,
+            text_hash TEXT,
+            access_count INTEGER NOT NULL DEFAULT 0,
+            last_access REAL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            evolution TEXT NOT NULL DEFAULT '[]',
+            source TEXT NOT NULL DEFAULT 'heuristic',
+            rev INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX nodes_by_chat ON nodes (chat_id, archived, type);
+        CREATE INDEX nodes_pinned ON nodes (chat_id, pinned) WHERE pinned = 1;
+        CREATE TABLE edges (
+            id TEXT PRIMARY KEY,
+            chat_id TEXT NOT NULL,
+            from_id TEXT NOT NULL,
+            to_id TEXT NOT NULL,
+            relation TEXT NOT NULL,
+            strength REAL NOT NULL DEFAULT 0.8,
+            inhibitory INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            valid_at REAL,
+            invalid_at REAL,
+            expired_at REAL
+        );
+        CREATE INDEX edges_from ON edges (chat_id, from_id);
+        CREATE INDEX edges_to ON edges (chat_id, to_id);
+        -- Row-level undo log: the before-image of every row a message-derived change touched.
+        CREATE TABLE journal (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            chat_id TEXT NOT NULL,
+            batch TEXT NOT NULL,
+            msg_from INTEGER,
+            msg_to INTEGER,
+            tbl TEXT NOT NULL,
+            row_id TEXT NOT NULL,
+            before TEXT,
+            before_vec BLOB,
+            reason TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX journal_by_chat ON journal (chat_id, msg_to);
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            chat_id TEXT,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            data TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX events_by_chat ON events (chat_id, at);
+        CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            chat_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            state TEXT NOT NULL,                  -- pending | running | done | failed
+            attempts INTEGER NOT NULL DEFAULT 0,
+            error TEXT,
+            payload TEXT NOT NULL DEFAULT '{}',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE INDEX jobs_open ON jobs (state, chat_id);
+        CREATE TABLE settings (
+            scope TEXT NOT NULL,                  -- '' = global, else a chat id
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (scope, name)
+        ) WITHOUT ROWID;
+        CREATE TABLE embed_cache (
+            embedder TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            vec BLOB NOT NULL,
+            PRIMARY KEY (embedder, text_hash)
+        ) WITHOUT ROWID;
+        -- Heuristic mode: which message mentions which candidate name (derived from messages).
+        CREATE TABLE mentions (
+            chat_id TEXT NOT NULL,
+            name_key TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            PRIMARY KEY (chat_id, name_key, idx)
+        ) WITHOUT ROWID;
+        """
+    )
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    # Not executescript(): it COMMITs first, which would split the migration's transaction.
+    for statement in script.split(";\n"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM migrations").fetchone()[0]
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction. Returns the names applied."""
+    conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    known = {name for name, _ in MIGRATIONS}
+    unknown = done - known
+    if unknown:
+        raise RuntimeError(
+            f"this database was written by a newer stbme (migrations {sorted(unknown)}); upgrade stbme"
+        )
+    applied = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            fn(conn)
+            conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(name)
+    return applied

