@@ -133,6 +133,8 @@ SETTINGS: tuple[Setting, ...] = (
     S("recall.min_bm25", 1.0, "float",
       "A memory found only by keywords needs at least this BM25 score (one rare shared word is about 2).",
       min=0, max=100),
+    S("recall.duplicate_similarity", 0.97, "float",
+      "A memory this similar (cosine) to a better-ranked one is left out as a near-duplicate.", min=0.5, max=1),
     S("recall.recent_turns", 2, "int", "Recent chat turns blended into the recall query.", min=0, max=20),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),

@@ -7,6 +7,7 @@ label un-deleted and its vector replaced.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -15,7 +16,7 @@ import hnswlib
 import numpy as np
 import orjson
 
-META_VERSION = 1
+META_VERSION = 2
 MIN_CAPACITY = 1000
 GROWTH = 1.5
 
@@ -115,10 +116,11 @@ class ChatIndex:
         with self.lock:
             tmp = bin_path.with_suffix(".tmp")
             self._index.save_index(str(tmp))
+            digest = _file_digest(tmp)
             os.replace(tmp, bin_path)
             meta = {
                 "version": META_VERSION, "gen": gen, "file": bin_path.name, "dim": self.dim,
-                "embedder": self.embedder_id, "space": "cosine", "m": self.m,
+                "embedder": self.embedder_id, "space": "cosine", "m": self.m, "digest": digest,
                 "ef_construction": self.ef_construction, "next_label": self.next_label,
                 "labels": self.label_of, "revs": self.rev_of, "watermark": watermark,
             }
@@ -147,6 +149,9 @@ class ChatIndex:
         bin_path = base.with_name(meta["file"])
         if not bin_path.exists():
             raise IndexMismatch("index file missing")
+        # hnswlib trusts its file blindly (a damaged one can crash the process): check it first.
+        if _file_digest(bin_path) != meta.get("digest"):
+            raise IndexMismatch("index file damaged (checksum differs)")
         labels = {k: int(v) for k, v in meta["labels"].items()}
         self = cls(dim, embedder_id, m=meta["m"], ef_construction=meta["ef_construction"], ef_search=ef_search)
         try:
@@ -167,6 +172,14 @@ class ChatIndex:
         base = Path(base)
         for path in base.parent.glob(f"{base.name}.*"):
             path.unlink(missing_ok=True)
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _read_meta(base: Path) -> dict | None:

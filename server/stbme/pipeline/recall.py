@@ -78,15 +78,19 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexMa
     qvec = await query_vector(embeddings, q.query, recent)
     embed_ms = (time.perf_counter() - started) * 1000
     vec_hits: list[tuple[str, float]] = []
+    hnsw = None
     if qvec is not None:
         hnsw = await indexes.get(chat_id)
         vec_hits = hnsw.query(qvec, k)
-    lex_text = " ".join([q.query] + recent[:1])
+    # Keywords come from the user's input alone: recent turns in BM25 drag in near-copies of the last
+    # reply. They only stand in when the input is empty (continue, regenerate).
+    lex_text = q.query if q.query.strip() else (recent[0] if recent else "")
     lex_hits = (await lexical.get(chat_id)).search(lex_text, k) if lex_text.strip() else []
     result = rank(
         vec_hits, lex_hits, await store.read(lambda conn: _fetch(conn, chat_id, list(
             dict.fromkeys([n for n, _ in vec_hits] + [n for n, _ in lex_hits])))),
-        settings=settings, max_memories=q.max_memories)
+        settings=settings, max_memories=q.max_memories,
+        vectors=lambda ids: hnsw.vectors([i for i in ids if i in hnsw]) if hnsw else None)
     lang = settings("recall.language")
     if lang == "auto":
         lang = detect_language([q.query] + recent + [s.node.label for s in result[:5]])
@@ -113,7 +117,22 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexMa
     }
 
 
-def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int) -> list[Scored]:
+def drop_near_duplicates(scored: list[Scored], vectors, threshold: float) -> list[Scored]:
+    """Greedy diversity: skip a memory almost identical (cosine >= threshold) to a better one kept."""
+    ids = [s.node.id for s in scored]
+    matrix = vectors(ids) if vectors and len(ids) > 1 else None
+    if matrix is None or len(matrix) != len(ids):
+        return scored
+    kept, kept_rows = [], []
+    for row, item in zip(matrix, scored):
+        if kept_rows and float(np.max(np.asarray(kept_rows) @ row)) >= threshold:
+            continue
+        kept.append(item)
+        kept_rows.append(row)
+    return kept
+
+
+def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=None) -> list[Scored]:
     """Fuse the rankings, gate weak matches, add importance and recency; core memories first."""
     core_rows, rows, length = fetched
     nodes = {r["id"]: node_from_row(r) for r in rows}
@@ -151,6 +170,11 @@ def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int) -> list[Sc
         score = parts["fusion"] + w_imp * parts["importance"] + w_rec * parts["recency"]
         scored.append(Scored(node, score, parts))
     scored.sort(key=lambda s: (-s.score, s.node.id))
+    in_index = [s for s in scored if s.parts["vector"] > 0]
+    if vectors is not None and len(in_index) > 1:
+        unique = {s.node.id for s in drop_near_duplicates(in_index, vectors,
+                                                          settings("recall.duplicate_similarity"))}
+        scored = [s for s in scored if s.parts["vector"] == 0 or s.node.id in unique]
     core = []
     for row in core_rows:
         node = node_from_row(row)

@@ -1,0 +1,117 @@
+"""HNSW index: add, update, remove, grow, query, save/load, verification and rebuild."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stbme.index.hnsw import ChatIndex, IndexMismatch
+
+
+def unit(rng, n, dim=16):
+    v = rng.normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_add_query_update_remove_and_grow():
+    rng = np.random.default_rng(0)
+    index = ChatIndex(16, "test", capacity=10)
+    vecs = unit(rng, 2500)
+    ids = [f"n{i}" for i in range(2500)]
+    index.upsert(ids, vecs, list(range(2500)))  # grows past the initial capacity
+    assert len(index) == 2500
+    assert index.query(vecs[7], 1)[0][0] == "n7"
+    index.upsert(["n7"], unit(rng, 1)[0:1] * -1 + 0, [9999])  # re-embed in place
+    assert index.rev_of["n7"] == 9999 and index.label_of["n7"] == 7
+    index.remove(["n8"])
+    assert "n8" not in index and all(n != "n8" for n, _ in index.query(vecs[8], 50))
+    index.upsert(["n8"], vecs[8:9], [1])  # restore reuses the label
+    assert index.label_of["n8"] == 8 and index.query(vecs[8], 1)[0][0] == "n8"
+    assert index.next_label == 2500
+
+
+def test_query_clamps_k_and_handles_empty():
+    index = ChatIndex(8, "test")
+    assert index.query(np.ones(8, np.float32), 10) == []
+    index.upsert(["a"], np.ones((1, 8), np.float32), [1])
+    hits = index.query(np.ones(8, np.float32), 10)
+    assert [h[0] for h in hits] == ["a"] and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_save_load_roundtrip_and_mismatch(tmp_path):
+    rng = np.random.default_rng(1)
+    index = ChatIndex(16, "model-a")
+    vecs = unit(rng, 100)
+    index.upsert([f"n{i}" for i in range(100)], vecs, [1] * 100)
+    index.remove(["n3"])
+    index.save(tmp_path / "idx", watermark=42)
+    loaded, watermark = ChatIndex.load(tmp_path / "idx", embedder_id="model-a", dim=16)
+    assert watermark == 42 and len(loaded) == 99 and "n3" not in loaded
+    assert loaded.query(vecs[5], 1)[0][0] == "n5"
+    with pytest.raises(IndexMismatch, match="built by model-a"):
+        ChatIndex.load(tmp_path / "idx", embedder_id="model-b", dim=16)
+    with pytest.raises(IndexMismatch):
+        ChatIndex.load(tmp_path / "missing", embedder_id="model-a", dim=16)
+    # a second save replaces the file atomically and removes the old generation
+    loaded.save(tmp_path / "idx", watermark=43)
+    assert len(list(tmp_path.glob("idx.*.bin"))) == 1
+
+
+def test_corrupt_index_file_is_a_mismatch(tmp_path):
+    index = ChatIndex(8, "m")
+    index.upsert(["a", "b"], np.eye(2, 8, dtype=np.float32), [1, 1])
+    index.save(tmp_path / "idx", watermark=1)
+    for f in tmp_path.glob("idx.*.bin"):
+        f.write_bytes(b"garbage")
+    with pytest.raises(IndexMismatch):
+        ChatIndex.load(tmp_path / "idx", embedder_id="m", dim=8)
+
+
+async def _chat_with_memories(sidecar, n=12):
+    from conftest import full_sync, settle
+
+    chat = []
+    for i in range(n):
+        chat.append({"role": "user", "name": "Alex", "text": f"Question {i} about the lantern number {i}"})
+        chat.append({"role": "assistant", "name": "Elena", "text": f"Answer {i}: the lantern shines {i} times"})
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    return chat
+
+
+async def test_manager_reconciles_a_stale_saved_index(sidecar):
+    await _chat_with_memories(sidecar)
+    index = await sidecar.indexes.get("c")
+    await sidecar.indexes.save_dirty()
+    before = set(index.rev_of)
+    node = (await sidecar.list_nodes("c", limit=1, type_="event"))["nodes"][0]
+    await sidecar.node_action("c", node["id"], "archive")  # changes the store after the save
+    sidecar.indexes._indexes.clear()  # as after a restart
+    reloaded = await sidecar.indexes.get("c")
+    assert set(reloaded.rev_of) == before - {node["id"]}
+
+
+async def test_manager_rebuilds_when_the_file_is_missing_or_from_another_model(sidecar, tmp_path):
+    await _chat_with_memories(sidecar)
+    expected = set((await sidecar.indexes.get("c")).rev_of)
+    await sidecar.indexes.save_dirty()
+    for f in sidecar.indexes.directory.glob("*.bin"):
+        f.unlink()
+    sidecar.indexes._indexes.clear()
+    assert set((await sidecar.indexes.get("c")).rev_of) == expected
+    await sidecar.indexes.save_dirty()
+    meta = next(sidecar.indexes.directory.glob("*.json"))
+    meta.write_text(meta.read_text().replace(sidecar.embeddings.id, "other-model"))
+    sidecar.indexes._indexes.clear()
+    assert set((await sidecar.indexes.get("c")).rev_of) == expected
+
+
+async def test_index_files_are_named_by_hash_not_chat_id(sidecar):
+    from conftest import full_sync
+
+    await full_sync(sidecar, "../../evil/../name", [{"role": "user", "name": "A", "text": "hi"},
+                                                    {"role": "assistant", "name": "B", "text": "hello"}])
+    await sidecar.indexes.get("../../evil/../name")
+    await sidecar.indexes.save_dirty()
+    for path in sidecar.indexes.directory.iterdir():
+        assert "evil" not in path.name and path.parent == sidecar.indexes.directory

@@ -1,0 +1,151 @@
+"""Recall: lexical search (CJK-aware), fusion and gates, pinned first, the token budget, rendering."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import full_sync, settle
+from stbme.graph.model import Node
+from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
+from stbme.pipeline.lexical import LexicalIndex, tokenize
+from stbme.pipeline.render import detect_language, render_block
+from stbme.tokens import count_tokens, truncate_to_tokens
+
+
+def test_tokenize_latin_and_cjk():
+    assert tokenize("The Keys of Greywater!") == ["key", "greywater"]
+    assert tokenize("艾琳把钥匙") == ["艾琳", "琳把", "把钥", "钥匙"]
+    assert "4417" in tokenize("code 4417")
+
+
+def test_bm25_prefers_rare_terms_and_handles_removal():
+    index = LexicalIndex()
+    for i in range(50):
+        index.upsert(f"d{i}", "the party walked along the road talking")
+    index.upsert("rare", "the party found the obsidian key")
+    assert index.search("obsidian", 5)[0][0] == "rare"
+    index.remove("rare")
+    assert index.search("obsidian", 5) == []
+    index.upsert("zh", "艾琳把钥匙藏在灯塔下面")
+    assert index.search("钥匙在哪里", 3)[0][0] == "zh"
+
+
+def test_lexical_compaction_keeps_results():
+    index = LexicalIndex()
+    for i in range(3000):
+        index.upsert(f"d{i}", f"memory number {i} about topic{i % 7}")
+    for i in range(2500):
+        index.remove(f"d{i}")
+    assert len(index) == 500 and len(index.node_of) < 1500  # removed slots were compacted away
+    hits = index.search("topic3", 1000)
+    assert hits and all(int(n[1:]) >= 2500 and int(n[1:]) % 7 == 3 for n, _ in hits)
+
+
+def test_truncate_to_tokens_never_over():
+    text = "长" * 500 + " word " * 300
+    for budget in (1, 5, 17, 100):
+        assert count_tokens(truncate_to_tokens(text, budget)) <= budget
+
+
+@pytest.mark.parametrize("budget", [50, 80, 150, 400, 2000])
+def test_render_block_never_exceeds_budget(budget):
+    rng = random.Random(budget)
+    nodes = [Node(id=f"n{i}", chat_id="c", type=rng.choice(["event", "character", "rule"]),
+                  fields={"summary": " ".join(rng.choice(["storm", "钥匙", "lantern", "🐉", "долг"])
+                                              for _ in range(rng.randint(3, 120))),
+                          "name": f"N{i}", "title": "t", "constraint": "never lie"},
+                  seq_from=i, seq_to=i) for i in range(40)]
+    text, placed = render_block(nodes, budget, "en")
+    assert count_tokens(text) <= budget
+    assert (text == "") == (placed == [])
+
+
+def test_render_sections_and_language():
+    nodes = [Node(id="a", chat_id="c", type="rule", fields={"title": "No magic", "constraint": "Magic is gone"}),
+             Node(id="b", chat_id="c", type="event", fields={"summary": "艾琳找到了钥匙", "speaker": "艾琳"},
+                  seq_from=3, seq_to=3)]
+    text, _ = render_block(nodes, 500, "zh")
+    assert "## 规则与约束" in text and "## 过往事件" in text and "[楼 3] 艾琳: 艾琳找到了钥匙" in text
+    assert detect_language(["艾琳找到了钥匙", "好的"]) == "zh"
+    assert detect_language(["Elena found the key"]) == "en"
+
+
+def test_heuristic_helpers():
+    assert clean_text("<think>secret plan</think>Hello   there") == "Hello there"
+    names = candidate_names("Elena met Marcus at dawn. \"Yes,\" she said. 我们在「灯塔」见面。")
+    assert {"Elena", "Marcus", "灯塔"} <= names and "Yes" not in names
+    chunks = split_chunks("One sentence here. " * 200, 50)
+    assert len(chunks) > 3 and all(count_tokens(c) <= 60 for c in chunks)
+
+
+async def _chat(sidecar, facts: dict[int, str], n=20):
+    chat = []
+    for i in range(n):
+        chat.append({"role": "user", "name": "Alex", "text": facts.get(2 * i, f"We keep walking, day {i}.")})
+        chat.append({"role": "assistant", "name": "Elena",
+                     "text": facts.get(2 * i + 1, f"The road goes on and on, day {i}.")})
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    return chat
+
+
+async def test_recall_finds_the_fact_and_reports_scores(sidecar):
+    await _chat(sidecar, {4: "The vault code is 4417, remember it."})
+    result = await sidecar.recall("c", {"query": "what is the vault code", "budget_tokens": 200})
+    assert "4417" in result["text"]
+    top = result["memories"][0]
+    assert top["type"] == "event" and top["seq_range"] == [4, 4]
+    assert set(top["score_parts"]) == {"vector", "lexical", "fusion", "importance", "recency"}
+    assert result["tokens"] == count_tokens(result["text"]) <= 200
+
+
+async def test_recall_skips_recent_messages_and_irrelevant_queries(sidecar):
+    await _chat(sidecar, {39: "The vault code is 4417."})  # the very last message: still in the prompt
+    result = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
+    assert "4417" not in result["text"]
+    nothing = await sidecar.recall("c", {"query": "xylophone quartz", "budget_tokens": 200})
+    assert nothing["text"] == "" and nothing["memories"] == []
+
+
+async def test_pinned_and_rules_come_first_and_budget_holds(sidecar):
+    await _chat(sidecar, {4: "The vault code is 4417."})
+    rule = await sidecar.create_node("c", {"type": "rule", "fields": {"title": "Tone",
+                                                                      "constraint": "Keep it grim."}})
+    pinned = await sidecar.create_node("c", {"text": "Elena is afraid of deep water.", "pinned": True})
+    result = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 120})
+    ids = [m["id"] for m in result["memories"]]
+    assert ids[:2] == [pinned["id"], rule["id"]] or ids[:2] == [rule["id"], pinned["id"]]
+    assert result["tokens"] <= 120
+    tiny = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 50})
+    assert tiny["tokens"] <= 50
+
+
+async def test_recall_reinforces_access(sidecar):
+    await _chat(sidecar, {4: "The vault code is 4417."})
+    result = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
+    node_id = result["memories"][0]["id"]
+    for _ in range(50):
+        node = await sidecar.get_node("c", node_id)
+        if node["access_count"]:
+            break
+        import asyncio
+
+        await asyncio.sleep(0.02)
+    assert node["access_count"] == 1 and node["last_access"]
+
+
+async def test_recall_of_unknown_chat_is_empty(sidecar):
+    result = await sidecar.recall("never-seen", {"query": "anything"})
+    assert result["text"] == "" and result["memories"] == []
+
+
+async def test_archived_memories_leave_recall_and_come_back(sidecar):
+    await _chat(sidecar, {4: "The vault code is 4417."})
+    first = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
+    node_id = first["memories"][0]["id"]
+    await sidecar.node_action("c", node_id, "archive")
+    assert node_id not in [m["id"] for m in (await sidecar.recall("c", {"query": "vault code"}))["memories"]]
+    await sidecar.node_action("c", node_id, "restore")
+    assert node_id in [m["id"] for m in (await sidecar.recall("c", {"query": "vault code"}))["memories"]]
