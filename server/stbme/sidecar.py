@@ -18,7 +18,7 @@ from .embed.local import LocalEmbedder
 from .embed.openai import OpenAIEmbedder
 from .errors import BadRequest, Conflict, NotFound, StbmeError
 from .graph.changes import ChangeSet, ensure_chat
-from .graph.model import Node, edge_from_row, edge_to_row, new_id, node_from_row
+from .graph.model import Node, edge_from_row, edge_to_row, new_id, node_from_row, node_text
 from .graph.schema import NODE_TYPES
 from .hashing import text_hash
 from .index import IndexManager
@@ -261,48 +261,68 @@ class Sidecar:
 
     async def embed_pending(self, chat_id: str, progress=None) -> int:
         """Embed the chat's nodes that lack a vector from the current embedder, then index them."""
-        embedder = self.embeddings.embedder
-        done = 0
         async with self._embed_lock:
-            while True:
-                rows = await self.store.read(lambda conn: conn.execute(
-                    "SELECT id, fields, rev FROM nodes WHERE chat_id = ? AND archived = 0 AND"
-                    " (embedding IS NULL OR embedder IS NOT ?) LIMIT ?",
-                    (chat_id, embedder.id, EMBED_BATCH)).fetchall())
-                if not rows:
-                    return done
-                nodes = [(r["id"], r["rev"], Node(id=r["id"], chat_id=chat_id, type="", fields=orjson.loads(
-                    r["fields"])).text()) for r in rows]
-                vectors = await self.embeddings.embed_texts([t or " " for _, _, t in nodes], embedder)
+            return await self._embed_chat(chat_id, self.embeddings.embedder, progress=progress, index=True)
 
-                def save(conn):
-                    changed = []
-                    cs = ChangeSet(conn, chat_id, reason="embed")
-                    for (node_id, rev, text), vec in zip(nodes, vectors):
-                        # Skip a node edited meanwhile: its new text gets embedded on the next pass.
-                        cur = conn.execute("SELECT rev FROM nodes WHERE id = ?", (node_id,)).fetchone()
-                        if cur is None or cur[0] != rev:
-                            continue
-                        cs.set_embedding(node_id, vec, embedder.id, text_hash(text))
-                        changed.append(node_id)
-                    return changed
+    async def _embed_chat(self, chat_id: str, embedder: Embedder, *, progress=None, index: bool) -> int:
+        done = 0
+        while True:
+            rows = await self.store.read(lambda conn: conn.execute(
+                "SELECT id, fields, rev FROM nodes WHERE chat_id = ? AND archived = 0 AND"
+                " (embedding IS NULL OR embedder IS NOT ?) LIMIT ?",
+                (chat_id, embedder.id, EMBED_BATCH)).fetchall())
+            if not rows:
+                return done
+            nodes = [(r["id"], r["rev"], node_text(orjson.loads(r["fields"]))) for r in rows]
+            vectors = await self.embeddings.embed_texts([t or " " for _, _, t in nodes], embedder)
 
-                changed = await self.store.write(save)
+            def save(conn):
+                changed = []
+                cs = ChangeSet(conn, chat_id, reason="embed")
+                for (node_id, rev, text), vec in zip(nodes, vectors):
+                    # Skip a node edited meanwhile: its new text gets embedded on the next pass.
+                    cur = conn.execute("SELECT rev FROM nodes WHERE id = ?", (node_id,)).fetchone()
+                    if cur is None or cur[0] != rev:
+                        continue
+                    cs.set_embedding(node_id, vec, embedder.id, text_hash(text))
+                    changed.append(node_id)
+                return changed
+
+            changed = await self.store.write(save)
+            if index:
                 await self.indexes.apply(chat_id, changed)
-                done += len(changed)
-                if progress:
-                    progress(done)
+            done += len(changed)
+            if progress:
+                progress(done)
 
     async def _saver(self) -> None:
+        """Housekeeping: save changed indexes, prune old jobs, retry embeddings that failed."""
+        ticks = 0
         while True:
             await asyncio.sleep(5)
+            ticks += 1
             try:
                 await self.indexes.save_dirty(older_than_s=self.settings["index.save_every_s"])
-                await self.store.write(prune_done_jobs)
+                if ticks % 12 == 1:
+                    await self.store.write(prune_done_jobs)
+                    await self._backfill_embeddings()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("saving indexes failed")
+
+    async def _backfill_embeddings(self) -> None:
+        chats = await self.store.read(lambda conn: [r[0] for r in conn.execute(
+            "SELECT DISTINCT chat_id FROM nodes WHERE archived = 0 AND (embedding IS NULL OR embedder IS NOT ?)",
+            (self.embeddings.id,))])
+        for chat_id in chats:
+            if self._reembed and not self._reembed["task"].done():
+                return  # the switch embeds everything anyway
+            try:
+                await self.embed_pending(chat_id)
+            except StbmeError as exc:
+                log.warning("embedding retry for chat %r failed: %s", chat_id, exc.message)
+                return
 
     # -- read path ------------------------------------------------------------------------------
     async def recall(self, chat_id: str, body: Any) -> dict:
@@ -582,29 +602,32 @@ class Sidecar:
         self._tasks.append(self._reembed["task"])
 
     async def _reembed_all(self, embedder: Embedder) -> None:
-        """Re-embed every memory with the new embedder into the cache, build new indexes, then swap.
-        Recall keeps using the old embedder and indexes until the swap."""
+        """Switch to another embedder without a gap: (1) embed every memory text with it into the cache,
+        (2) under the embed lock, store the new vectors and build new indexes for the loaded chats,
+        (3) swap. Recall keeps using the old embedder and its indexes until the swap."""
         state = self._reembed
         started = time.monotonic()
         try:
-            probe = await embedder.embed_query("probe")
-            dim = int(probe.shape[0])
-            chats = [c["chat_id"] for c in await self.list_chats()]
+            dim = int((await embedder.embed_query("probe")).shape[0])
             texts = await self.store.read(lambda conn: [
-                (r["chat_id"], r["id"], Node(id="", chat_id="", type="", fields=orjson.loads(r["fields"])).text())
-                for r in conn.execute("SELECT chat_id, id, fields FROM nodes WHERE archived = 0")])
+                node_text(orjson.loads(r["fields"])) or " "
+                for r in conn.execute("SELECT fields FROM nodes WHERE archived = 0")])
             state["total"] = len(texts)
             for i in range(0, len(texts), EMBED_BATCH):
-                part = texts[i:i + EMBED_BATCH]
-                await self.embeddings.embed_texts([t or " " for _, _, t in part], embedder)
-                state["done"] = i + len(part)
+                await self.embeddings.embed_texts(texts[i:i + EMBED_BATCH], embedder)
+                state["done"] = min(i + EMBED_BATCH, len(texts))
                 self.live.progress("reembed", None, state["done"], state["total"], started)
             async with self._embed_lock:
+                chats = [c["chat_id"] for c in await self.list_chats()]
+                for chat_id in chats:  # cache hits: no model calls
+                    await self._embed_chat(chat_id, embedder, index=False)
+                new_indexes = IndexManager(self.store, self.indexes.directory, embedder.id, dim,
+                                           **self.indexes.params)
+                for chat_id in list(self.indexes.loaded_chats()):
+                    await new_indexes.build(chat_id)
                 old = self.embeddings.embedder
                 self.embeddings.embedder = embedder
-                self.indexes.switch_embedder(embedder.id, dim, {})
-                for chat_id in chats:
-                    await self.embed_pending(chat_id)  # cache hits now: no model calls
+                self.indexes.switch_embedder(embedder.id, dim, new_indexes)
             await old.close()
             self.live.notice("info", f"re-embedding finished: now using {embedder.id}")
         except asyncio.CancelledError:
@@ -612,6 +635,7 @@ class Sidecar:
             raise
         except Exception as exc:
             state["error"] = exc.message if isinstance(exc, StbmeError) else str(exc)
+            log.warning("re-embedding failed: %s", state["error"])
             await embedder.close()
             self.live.notice("error", f"re-embedding with the new model failed: {state['error']}. "
                              "Still using the previous embedder; fix the embedding settings and save again.")

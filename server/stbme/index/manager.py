@@ -153,9 +153,13 @@ class IndexManager:
         self._dirty.pop(chat_id, None)
         ChatIndex.delete_files(self.path(chat_id))
 
-    def switch_embedder(self, embedder_id: str, dim: int, new_indexes: dict[str, ChatIndex]) -> None:
-        """Swap in indexes built for another embedder (after a background re-embed)."""
+    def loaded_chats(self) -> list[str]:
+        return list(self._indexes)
+
+    def switch_embedder(self, embedder_id: str, dim: int, built: "IndexManager") -> None:
+        """Adopt indexes another manager built for a new embedder (after a background re-embed);
+        chats not built there are rebuilt from the store on first use."""
         self.embedder_id = embedder_id
         self.dim = dim
-        self._indexes = dict(new_indexes)
-        self._dirty = {c: 0.0 for c in new_indexes}
+        self._indexes = dict(built._indexes)
+        self._dirty = {c: 0.0 for c in self._indexes}
