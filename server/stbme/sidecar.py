@@ -24,10 +24,11 @@ from .hashing import text_hash
 from .index import IndexManager
 from .interop import formats
 from .live import LiveHub
-from .pipeline import heuristic
+from .pipeline.batch import run_next_batch
+from .pipeline.stages import default_stages
 from .pipeline.lexical import LexicalIndexes
 from .pipeline.recall import RecallQuery, recall
-from .pipeline.sync import apply_sync, load_messages, parse_sync_request
+from .pipeline.sync import apply_sync, parse_sync_request
 from .store import Store
 from .store.events import record_event
 from .store.jobs import claim_next_job, finish_job, prune_done_jobs, queue_depth, requeue_interrupted
@@ -35,7 +36,6 @@ from .store.migrations import schema_version
 
 log = logging.getLogger("stbme")
 MAX_CHAT_ID = 512
-MAX_BATCH_MESSAGES = 16
 MAX_JOB_ATTEMPTS = 3
 EMBED_BATCH = 64
 
@@ -86,6 +86,7 @@ class Sidecar:
         self._reembed: dict | None = None
         self._embed_lock = asyncio.Lock()
         self._closed = False
+        self.stages = default_stages(self)
 
     @classmethod
     def open(cls, data_dir: Path | str, *, embedder: Embedder | None = None,
@@ -230,34 +231,16 @@ class Sidecar:
         batches = 0
         started = time.monotonic()
         while True:
-            every = self.settings.get("extract.every", chat_id)
-            chunk_tokens = self.settings["extract.chunk_tokens"]
-
-            def run_batch(conn):
-                row = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
-                if row is None:
-                    return None
-                start = row["processed_upto"] + 1
-                messages = load_messages(conn, chat_id, start, start + MAX_BATCH_MESSAGES * 4)
-                end = _batch_end(messages, every)
-                if end is None:
-                    return None
-                batch = [m for m in messages if m.index <= end]
-                cs = ChangeSet(conn, chat_id, reason="heuristic", msg_range=(start, end))
-                heuristic.remember_messages(cs, batch, chunk_tokens=chunk_tokens)
-                conn.execute("UPDATE chats SET processed_upto = ? WHERE chat_id = ?", (end, chat_id))
-                total = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
-                return cs.touched_nodes, end, total
-
-            result = await self.store.write(run_batch)
-            if result is None:
-                break
-            touched, end, total = result
+            ctx = await run_next_batch(self, chat_id, self.stages)
+            if ctx is None:
+                return batches
             batches += 1
-            await self.lexical.apply(chat_id, touched)
-            await self.embed_pending(chat_id)
-            self.live.progress("extract", chat_id, end + 1, total, started)
-        return batches
+            self.live.progress("extract", chat_id, ctx.end + 1, ctx.total_messages, started)
+
+    async def index_changes(self, chat_id: str, node_ids) -> None:
+        """After a write: update the lexical index, embed what lacks a vector, update the HNSW index."""
+        await self._apply_index(chat_id, node_ids)
+        await self.embed_pending(chat_id)
 
     async def embed_pending(self, chat_id: str, progress=None) -> int:
         """Embed the chat's nodes that lack a vector from the current embedder, then index them."""
@@ -664,20 +647,6 @@ class Sidecar:
             "live_clients": self.live.clients,
             "uptime_s": round(time.time() - self.started_at, 1),
         }
-
-
-def _batch_end(messages, every: int) -> int | None:
-    """Last index of the next batch: through the `every`-th pending assistant message (several groups
-    at once when many are pending, up to MAX_BATCH_MESSAGES messages). None: not enough yet."""
-    end, seen = None, 0
-    for count, msg in enumerate(messages, 1):
-        if msg.role == "assistant":
-            seen += 1
-            if seen % every == 0:
-                if end is not None and count > MAX_BATCH_MESSAGES:
-                    break
-                end = msg.index
-    return end
 
 
 def _check_fields(fields: Any, type_: str, max_chars: int, partial: dict | None = None) -> dict:

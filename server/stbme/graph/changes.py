@@ -41,6 +41,7 @@ class ChangeSet:
         self.msg_range = msg_range
         self.batch = uuid.uuid4().hex[:16]
         self.touched_nodes: set[str] = set()
+        self.created_nodes: list[str] = []
         ensure_chat(conn, chat_id)
 
     def _journal(self, table: str, row_id: str, before: sqlite3.Row | None) -> None:
@@ -60,6 +61,7 @@ class ChangeSet:
                           list(row.values()))
         self._journal("nodes", node.id, None)
         self.touched_nodes.add(node.id)
+        self.created_nodes.append(node.id)
         return node
 
     def get_node(self, node_id: str) -> Node | None:

@@ -14,6 +14,7 @@ from ..graph.changes import ChangeSet
 from ..graph.model import Node, new_id
 from ..tokens import count_tokens
 from .lexical import STOPWORDS
+from .batch import BaseStage
 from .sync import Message
 
 REASONING_BLOCK = re.compile(r"<(think|thinking|analysis|reasoning)>.*?</\1>", re.S | re.I)
@@ -177,3 +178,12 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
             for event_id in targets:
                 cs.add_edge(graph.named[key], event_id, "involved_in", 0.7)
     return made
+
+
+class HeuristicStage(BaseStage):
+    """Heuristic memories for every batch (the no-LLM mode; later stages may add to them)."""
+
+    name = "heuristic"
+
+    def apply(self, ctx, cs: ChangeSet) -> None:
+        remember_messages(cs, ctx.messages, chunk_tokens=ctx.sidecar.settings["extract.chunk_tokens"])

@@ -1,0 +1,157 @@
+"""The batch pipeline: how pending chat messages become memories, as a list of stages.
+
+A batch is a contiguous range of messages [start, end]. Each stage may
+  - `prepare(ctx)`: async work outside any transaction (LLM calls), reading `ctx.messages`;
+  - `apply(ctx, cs)`: synchronous writes inside the batch's one transaction (journaled with the batch's
+    message range, so a rollback undoes them exactly);
+  - `after(ctx)`: async work once the batch is committed and embedded (A-MEM evolution, maintenance);
+    its writes go through `await ctx.write(fn)`, journaled with the same message range.
+If the chat changed while a stage was preparing (a rollback bumped the chat's revision), the batch is
+dropped and started again from the new state: nothing stale is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from ..graph.changes import ChangeSet
+from .sync import Message, load_messages
+
+if TYPE_CHECKING:
+    from ..sidecar import Sidecar
+
+MAX_BATCH_MESSAGES = 16
+
+
+class Stage(Protocol):
+    name: str
+
+    async def prepare(self, ctx: "BatchContext") -> None: ...
+
+    def apply(self, ctx: "BatchContext", cs: ChangeSet) -> None: ...
+
+    async def after(self, ctx: "BatchContext") -> None: ...
+
+
+class BaseStage:
+    """Stages override only what they need."""
+
+    name = "stage"
+
+    async def prepare(self, ctx: "BatchContext") -> None:
+        return None
+
+    def apply(self, ctx: "BatchContext", cs: ChangeSet) -> None:
+        return None
+
+    async def after(self, ctx: "BatchContext") -> None:
+        return None
+
+
+class StaleBatch(Exception):
+    """The chat changed under the batch (rollback): drop it and start again."""
+
+
+@dataclasses.dataclass
+class BatchContext:
+    sidecar: "Sidecar"
+    chat_id: str
+    start: int
+    end: int
+    messages: list[Message]           # the batch's messages, in order
+    revision: int                     # the chat's revision when the batch was read
+    total_messages: int
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)   # stage-to-stage hand-over
+    created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
+    touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
+
+    def setting(self, name: str) -> Any:
+        return self.sidecar.settings.get(name, self.chat_id)
+
+    async def write(self, fn: Callable[[ChangeSet], Any], reason: str) -> Any:
+        """A journaled write after the batch committed (e.g. evolution), dropped if the chat moved on."""
+        def run(conn: sqlite3.Connection):
+            _check_current(conn, self)
+            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=(self.start, self.end))
+            result = fn(cs)
+            return result, cs.touched_nodes
+
+        result, touched = await self.sidecar.store.write(run)
+        self.touched |= touched
+        await self.sidecar.index_changes(self.chat_id, touched)
+        return result
+
+
+def _check_current(conn: sqlite3.Connection, ctx: BatchContext) -> None:
+    row = conn.execute("SELECT revision, processed_upto FROM chats WHERE chat_id = ?", (ctx.chat_id,)).fetchone()
+    if row is None or row["revision"] != ctx.revision or row["processed_upto"] < ctx.start - 1:
+        raise StaleBatch()
+
+
+def batch_end(messages: list[Message], every: int) -> int | None:
+    """Last index of the next batch: through the `every`-th pending assistant message (several groups
+    at once when many are pending, up to MAX_BATCH_MESSAGES messages). None: not enough yet."""
+    end, seen = None, 0
+    for count, msg in enumerate(messages, 1):
+        if msg.role == "assistant":
+            seen += 1
+            if seen % every == 0:
+                if end is not None and count > MAX_BATCH_MESSAGES:
+                    break
+                end = msg.index
+    return end
+
+
+def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int):
+    row = conn.execute("SELECT processed_upto, revision FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+    if row is None:
+        return None
+    start = row["processed_upto"] + 1
+    messages = load_messages(conn, chat_id, start, start + MAX_BATCH_MESSAGES * 4)
+    end = batch_end(messages, every)
+    if end is None:
+        return None
+    total = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+    return start, end, [m for m in messages if m.index <= end], row["revision"], total
+
+
+async def run_next_batch(sidecar: "Sidecar", chat_id: str, stages: list[Stage]) -> BatchContext | None:
+    """Run the chat's next batch through every stage. None when there is nothing to do yet."""
+    while True:
+        picked = await sidecar.store.read(
+            lambda conn: _read_batch(conn, chat_id, sidecar.settings.get("extract.every", chat_id)))
+        if picked is None:
+            return None
+        ctx = BatchContext(sidecar, chat_id, *picked)
+        for stage in stages:
+            await stage.prepare(ctx)
+
+        def commit(conn: sqlite3.Connection):
+            _check_current(conn, ctx)
+            if conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?",
+                            (chat_id,)).fetchone()[0] != ctx.start - 1:
+                raise StaleBatch()
+            cs = ChangeSet(conn, chat_id, reason="batch", msg_range=(ctx.start, ctx.end))
+            for stage in stages:
+                cs.reason = stage.name
+                stage.apply(ctx, cs)
+            conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
+                         (ctx.end, time.time(), chat_id))
+            return cs.touched_nodes, cs.created_nodes
+
+        try:
+            touched, created = await sidecar.store.write(commit)
+        except StaleBatch:
+            continue  # the chat changed while stages were preparing: read it again
+        ctx.touched |= touched
+        ctx.created = created
+        await sidecar.index_changes(chat_id, touched)
+        for stage in stages:
+            try:
+                await stage.after(ctx)
+            except StaleBatch:
+                break
+        return ctx
