@@ -75,6 +75,25 @@ def rss_peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def cpu_sample() -> tuple[float, float, float]:
+    """(wall, machine busy CPU seconds, this process's CPU seconds): the difference between two samples
+    tells how much CPU other processes used meanwhile, i.e. how noisy the timings are."""
+    with open("/proc/stat") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:9]]
+    busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return time.monotonic(), busy, ru.ru_utime + ru.ru_stime
+
+
+def other_cpu(start: tuple[float, float, float]) -> float | None:
+    """Cores used by other processes since `start` (0 = quiet machine); None for windows too short
+    for the 10 ms clock ticks."""
+    end = cpu_sample()
+    if end[0] - start[0] < 0.5:
+        return None
+    return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
+
+
 def pct(values, q) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
 
@@ -187,9 +206,9 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     del chain_at, by_index
     gc.collect()
     out["rss_fixtures_mb"] = rss_now_mb()  # interpreter, libraries, generator and query vectors
-    out["loadavg_start"] = os.getloadavg()[0]
 
     # Cold open and build: what the first recall of a chat with no saved index pays.
+    cpu_measure = cpu_sample()
     embedder = BenchEmbedder(model, qvecs)
     t = time.perf_counter()
     sc = Sidecar.open(data_dir, embedder=embedder)
@@ -219,6 +238,7 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
         await sc.recall(CHAT_ID, body(q))
 
     log(size, f"recall x {len(measured)}")
+    cpu_start = cpu_sample()
     latencies, took, memories, tokens, by_kind = [], [], [], [], {}
     for kind, q in measured:
         t = time.perf_counter()
@@ -229,6 +249,7 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
         took.append(result["took_ms"])
         memories.append(len(result["memories"]))
         tokens.append(result["tokens"])
+    out["other_cpu_recall"] = other_cpu(cpu_start)
     out["recall"] = summary_ms(latencies)
     out["recall_p50_ms"] = out["recall"]["p50"]
     out["recall_by_kind_p50_ms"] = {k: pct(v, 50) * 1000 for k, v in by_kind.items()}
@@ -261,10 +282,10 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
             raise click.ClickException(f"sync of message {b['length'] - 1} did not converge: {result}")
         if i >= WARMUP_SYNCS:
             sync_lat.append(dt)
+    out["other_cpu_measure"] = other_cpu(cpu_measure)
     out["sync"] = summary_ms(sync_lat)
     out["rss_peak_mb"] = rss_peak_mb()
     out["rss_now_mb"] = rss_now_mb()
-    out["loadavg_end"] = os.getloadavg()[0]
 
     # Save, close, reopen: the usual start of a session with a saved index.
     t = time.perf_counter()
@@ -375,96 +396,100 @@ def print_report(env: dict, results: list[dict]) -> None:
     local = env["local_model"]
     echo(f"ST-BME recall benchmark  ({env['cpus']} CPUs: {env['cpu']}; Python {env['python']}, "
          f"SQLite {env['sqlite']}, hnswlib {env['hnswlib']}, numpy {env['numpy']})")
-    echo(f"Data: one chat per size, N synthetic roleplay messages (seed {env['seed']}, ~20% Chinese sentences), "
-         "one event memory per message + 4 core memories,")
-    echo("written through Sidecar.sync and ChangeSet.insert_node; 384-d vectors from a clustered stand-in for e5 "
-         "(scripts/_bench_data.py).")
-    echo("Recall timings exclude the query embedding: the sidecar's embedder returns precomputed query vectors and "
-         "the query LRU is warm.")
+    echo(f"Data: one chat per size: N synthetic roleplay messages (seed {env['seed']}, ~20% Chinese sentences), "
+         "one event memory per message, plus 4 core memories;")
+    echo("written through Sidecar.sync and ChangeSet.insert_node, with 384-d vectors from a clustered stand-in "
+         "for e5 (scripts/_bench_data.py).")
+    echo("Recall timings exclude the query embedding: the sidecar's embedder returns precomputed query vectors "
+         "and the query LRU is warm.")
     if "p50_ms" in local:
-        echo(f"For the full cost, add the real query embedding: {local['model']} embeds one query in "
-             f"p50 {local['p50_ms']:.1f} ms ({local['calls']} calls, this machine).")
+        echo(f"Full cost of a recall with a new query: add {local['p50_ms']:.1f} ms, the p50 of {local['calls']} "
+             f"query embeddings with the bundled {local['model']} (LocalEmbedder) on this machine.")
     else:
         echo(f"(The local model could not be timed: {local['error']})")
-    echo(f"Recall: {env['queries']} queries per size after {WARMUP_QUERIES} warm-up, budget {BUDGET_TOKENS} tokens, "
-         f"sequential; sync: one appended message (tail {SYNC_TAIL} + anchors), {env['syncs']} after "
-         f"{WARMUP_SYNCS} warm-up.")
+    echo(f"Recall: {env['queries']} queries per size after {WARMUP_QUERIES} warm-up, one at a time, budget "
+         f"{BUDGET_TOKENS} tokens. Sync: one appended message (tail of {SYNC_TAIL} + chain anchors), "
+         f"{env['syncs']} after {WARMUP_SYNCS} warm-up.")
     echo("")
-    cols = [f"{r['size']:,}" for r in results]
-    width = max(11, *(len(c) + 2 for c in cols))
-    label_w = 44
 
-    def row(label: str, values: list[str]) -> None:
-        echo(f"{label:<{label_w}}" + "".join(f"{v:>{width}}" for v in values))
+    rows: list[tuple[str, list[str] | None]] = []
+
+    def section(title: str) -> None:
+        rows.append((title, None))
 
     def line(label: str, fn) -> None:
-        row(label, [fn(r) for r in results])
+        rows.append(("  " + label, [fn(r) for r in results]))
 
-    row("memories", cols)
-    line("  populate (sync + vectors + insert), s", lambda r: fmt(r["populate"]["populate_s"]))
-    line("  database size, MB", lambda r: fmt(r["populate"]["db_mb"], ".0f"))
-    echo("cold start (no saved index)")
-    line("  HNSW build (indexes.build), s", lambda r: fmt(r["hnsw_build_s"], ".2f"))
-    line("  lexical build (lexical.get), s", lambda r: fmt(r["lexical_build_s"], ".2f"))
-    line("  first recall after both, ms", lambda r: fmt(r["first_recall_ms"]))
-    echo("reopen with a saved index")
-    line("  save (indexes.save_dirty), s", lambda r: fmt(r["index_save_s"], ".2f"))
-    line("  open + HNSW load + reconcile, s", lambda r: fmt(r["reopen_hnsw_s"], ".2f"))
-    line("  lexical rebuild (not persisted), s", lambda r: fmt(r["reopen_lexical_s"], ".2f"))
-    line("  first recall, ms", lambda r: fmt(r["reopen_first_recall_ms"]))
-    echo("recall latency, ms (Sidecar.recall, full read path)")
-    line("  p50", lambda r: fmt(r["recall"]["p50"], ".2f"))
-    line("  p95", lambda r: fmt(r["recall"]["p95"], ".2f"))
-    line("  p99", lambda r: fmt(r["recall"]["p99"], ".2f"))
-    line("  p50 by query kind rare/topic/miss",
-         lambda r: "/".join(fmt(r["recall_by_kind_p50_ms"].get(k), ".1f") for k in ("rare", "topic", "miss")))
-    line("  memories / tokens per block (mean)",
-         lambda r: f"{r['recall_memories_mean']:.1f}/{r['recall_tokens_mean']:.0f}")
-    echo("baseline: brute-force numpy scan (matrix @ q, argpartition top-40)")
-    line("  p50", lambda r: fmt(r["brute"]["p50"], ".2f"))
-    line("  p95", lambda r: fmt(r["brute"]["p95"], ".2f"))
-    line("  ratio product / baseline, p50", lambda r: fmt(r["recall"]["p50"] / r["brute"]["p50"], ".1f", "x"))
-    line("  ratio product / baseline, p95", lambda r: fmt(r["recall"]["p95"] / r["brute"]["p95"], ".1f", "x"))
-    echo("retrievers alone")
-    line("  HNSW query (k=40, ef=64) p50, ms", lambda r: fmt(r["hnsw_only"]["p50"], ".3f"))
-    line("  HNSW / brute-force p50", lambda r: fmt(r["hnsw_only"]["p50"] / r["brute"]["p50"], ".2f", "x"))
-    line("  HNSW recall@10 vs brute force", lambda r: fmt(r["hnsw_recall_at_10"], ".3f"))
-    line("  BM25 search p50, ms", lambda r: fmt(r["bm25_only"]["p50"], ".3f"))
-    echo("sync of one appended message, ms")
-    line("  p50", lambda r: fmt(r["sync"]["p50"], ".2f"))
-    line("  p95", lambda r: fmt(r["sync"]["p95"], ".2f"))
-    echo("memory, MB (measure process: cold build, recall, sync)")
-    line("  peak RSS (ru_maxrss)", lambda r: fmt(r["rss_peak_mb"], ".0f"))
-    line("  current RSS after the runs", lambda r: fmt(r["rss_now_mb"], ".0f"))
-    line("  of which before opening the sidecar", lambda r: fmt(r["rss_fixtures_mb"], ".0f"))
-    line("  peak after reopen (same process)", lambda r: fmt(r["rss_peak_after_reopen_mb"], ".0f"))
-    line("  peak with the baseline's matrix loaded", lambda r: fmt(r["rss_peak_with_baseline_mb"], ".0f"))
-    line("  saved index files", lambda r: fmt(r["index_file_mb"], ".0f"))
-    echo("run")
-    line("  load average at start / end of measure",
-         lambda r: f"{r['loadavg_start']:.1f}/{r['loadavg_end']:.1f}")
-    line("  query vectors not precomputed (must be 0)", lambda r: str(r["query_misses"]))
-    line("  wall time populate + measure, s",
-         lambda r: f"{r['populate_wall_s']:.0f}+{r['measure_wall_s']:.0f}")
+    rows.append(("memories", [f"{r['size']:,}" for r in results]))
+    line("populate (sync + vectors + insert), s", lambda r: fmt(r["populate"]["populate_s"]))
+    line("database size, MB", lambda r: fmt(r["populate"]["db_mb"], ".0f"))
+    section("cold start (no saved index)")
+    line("HNSW build (indexes.build), s", lambda r: fmt(r["hnsw_build_s"], ".2f"))
+    line("lexical build (lexical.get), s", lambda r: fmt(r["lexical_build_s"], ".2f"))
+    line("first recall after both, ms", lambda r: fmt(r["first_recall_ms"]))
+    section("reopen with a saved index")
+    line("save (indexes.save_dirty), s", lambda r: fmt(r["index_save_s"], ".2f"))
+    line("open + HNSW load + reconcile, s", lambda r: fmt(r["reopen_hnsw_s"], ".2f"))
+    line("lexical rebuild (not persisted), s", lambda r: fmt(r["reopen_lexical_s"], ".2f"))
+    line("first recall, ms", lambda r: fmt(r["reopen_first_recall_ms"]))
+    section("recall latency, ms (Sidecar.recall: the full read path)")
+    line("p50", lambda r: fmt(r["recall"]["p50"], ".2f"))
+    line("p95", lambda r: fmt(r["recall"]["p95"], ".2f"))
+    line("p99", lambda r: fmt(r["recall"]["p99"], ".2f"))
+    line("p50 by query kind: rare / topic / miss",
+         lambda r: " / ".join(fmt(r["recall_by_kind_p50_ms"].get(k), ".1f") for k in ("rare", "topic", "miss")))
+    line("memories / tokens per block (mean)",
+         lambda r: f"{r['recall_memories_mean']:.1f} / {r['recall_tokens_mean']:.0f}")
+    section("baseline: brute-force numpy scan (matrix @ q, argpartition top 40)")
+    line("p50, ms", lambda r: fmt(r["brute"]["p50"], ".2f"))
+    line("p95, ms", lambda r: fmt(r["brute"]["p95"], ".2f"))
+    line("product / baseline, p50", lambda r: fmt(r["recall"]["p50"] / r["brute"]["p50"], ".1f", "x"))
+    line("product / baseline, p95", lambda r: fmt(r["recall"]["p95"] / r["brute"]["p95"], ".1f", "x"))
+    section("retrievers alone")
+    line("HNSW query (k=40) p50, ms", lambda r: fmt(r["hnsw_only"]["p50"], ".3f"))
+    line("HNSW / brute force, p50", lambda r: fmt(r["hnsw_only"]["p50"] / r["brute"]["p50"], ".2f", "x"))
+    line("HNSW recall@10 vs brute force", lambda r: fmt(r["hnsw_recall_at_10"], ".3f"))
+    line("BM25 search p50, ms", lambda r: fmt(r["bm25_only"]["p50"], ".3f"))
+    section("sync of one appended message, ms")
+    line("p50", lambda r: fmt(r["sync"]["p50"], ".2f"))
+    line("p95", lambda r: fmt(r["sync"]["p95"], ".2f"))
+    section("memory, MB")
+    line("peak RSS: cold build, recall, sync", lambda r: fmt(r["rss_peak_mb"], ".0f"))
+    line("current RSS after those", lambda r: fmt(r["rss_now_mb"], ".0f"))
+    line("of which before opening the sidecar", lambda r: fmt(r["rss_fixtures_mb"], ".0f"))
+    line("peak after a reopen in the same process", lambda r: fmt(r["rss_peak_after_reopen_mb"], ".0f"))
+    line("peak with the baseline's matrix too", lambda r: fmt(r["rss_peak_with_baseline_mb"], ".0f"))
+    line("saved index files", lambda r: fmt(r["index_file_mb"], ".0f"))
+    section("run")
+    line("other processes' CPU: recalls / whole measure", lambda r: f"{fmt(r['other_cpu_recall'], '.2f')} / "
+         f"{fmt(r['other_cpu_measure'], '.2f')}")
+    line("query vectors not precomputed (0 = ok)", lambda r: str(r["query_misses"]))
+    line("wall time populate + measure, s", lambda r: f"{r['populate_wall_s']:.0f} + {r['measure_wall_s']:.0f}")
+    label_w = max(len(label) for label, _ in rows if _ is not None) + 2
+    width = max(len(v) for _, vals in rows if vals for v in vals) + 3
+    for label, vals in rows:
+        echo(label if vals is None else f"{label:<{label_w}}" + "".join(f"{v:>{width}}" for v in vals))
     echo("")
     echo("targets")
     by_size = {r["size"]: r for r in results}
     for size, key, limit, label in TARGETS:
         r = by_size.get(size)
         if r is None:
-            echo(f"  {label:<44}{'not run':>12}")
+            echo(f"  {label:<40}{'not run':>12}")
             continue
         value = r[key]
-        unit = " MB" if key.startswith("rss") else " ms"
-        ok = value < limit if key.startswith("rss") else value <= limit
-        echo(f"  {label:<44}{fmt(value, '.2f' if unit == ' ms' else '.0f', unit):>12}  {'PASS' if ok else 'MISS'}")
-    echo("Peak RSS is the measure process's high-water mark through cold build, recall and sync, before the "
-         "reopen and the baseline matrix.")
-    busy = [r for r in results if max(r["loadavg_start"], r["loadavg_end"]) > 1.5]
-    if busy:
-        names = ", ".join(f"{r['size']:,}" for r in busy)
-        echo(f"Note: load average above 1.5 on this {env['cpus']}-CPU machine during {names}: "
-             "other work was running; figures may be noisy.")
+        mb = key.startswith("rss")
+        ok = value < limit if mb else value <= limit
+        echo(f"  {label:<40}{fmt(value, '.0f' if mb else '.2f', ' MB' if mb else ' ms'):>12}  "
+             f"{'PASS' if ok else 'MISS'}")
+    echo("Peak RSS: high-water mark of the size's measure process (fresh) through the cold build, the recalls "
+         "and the syncs,")
+    echo("before the reopen and the baseline's matrix. 'Other processes' CPU' is in cores (of "
+         f"{env['cpus']}); above ~0.3 the timings are noisy.")
+    noisy = [r for r in results if max(r["other_cpu_recall"] or 0, r["other_cpu_measure"] or 0) > 0.3]
+    if noisy:
+        names = ", ".join(f"{r['size']:,}" for r in noisy)
+        echo(f"Note: other processes used CPU while {names} was measured; rerun that size to check the figures.")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -8,6 +8,7 @@
 import { ApiError, SidecarClient } from './lib/client.js';
 import { OutageNotifier, adviceFor, withDeadline } from './lib/failopen.js';
 import { LiveChannel } from './lib/live.js';
+import { runRelayRequest } from './lib/relay.js';
 import {
     DEFAULTS, MODULE_NAME, PROMPT_ROLES, PROMPT_TYPES, buildRecallRequest, formatControlValue, getSettings,
     injectionArgs, normalizeUrl, parseControlValue, schemaToGroups,
@@ -251,6 +252,10 @@ function onLiveMessage(message) {
             }
             break;
         }
+        case 'relay_request':
+            // llm.mode = relay: run the memory task on the user's current ST connection, answer on the socket.
+            runRelayRequest(message, () => SillyTavern.getContext()).then(reply => state.live?.send(reply));
+            break;
         case 'job':
             if (message.state === 'failed') toast('error', `Memory processing failed: ${message.error ?? 'unknown error'}. The chat is unaffected.`);
             if (message.chat_id === currentChatId()) {

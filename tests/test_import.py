@@ -156,9 +156,6 @@ async def test_v4_skipped_are_reported(client):
     assert any(s.startswith("edges[5]") for s in skipped)  # its source was the skipped node
 
 
-@pytest.mark.xfail(strict=True, reason="BUG graph/changes.py ChangeSet.set_embedding() goes through update_node(), "
-                   "which sets updated_at = now: embedding a memory (on import, re-embed, restore) rewrites its "
-                   "updated_at, so the source's updatedAt/createdTime is lost")
 async def test_import_keeps_updated_time(client):
     await import_doc(client, CHAT, load("st_bme_graph_v9.json"))
     nodes = by_label(await nodes_of(client, CHAT))

@@ -256,7 +256,7 @@ async def reindex(request):
         return enqueue_job(conn, chat, "reindex")
 
     job_id = await sc.store.write(queue)
-    sc._wake.set()  # noqa: SLF001 - wake the worker now instead of at its next poll
+    sc.wake_worker()
     return json_response({"job_id": job_id})
 
 
@@ -273,6 +273,7 @@ async def live_socket(request):
 
     await ws.send_str(orjson.dumps({"type": "hello", "version": __version__}).decode())  # always first
     sender = asyncio.create_task(pump())
+    relay_peer = None
     try:
         async for msg in ws:  # only this task reads
             if msg.type != WSMsgType.TEXT:
@@ -284,7 +285,15 @@ async def live_socket(request):
                 continue
             if isinstance(data, dict) and data.get("type") == "ping":
                 await ws.send_str('{"type":"pong"}')
+            elif isinstance(data, dict) and data.get("type") == "hello" and relay_peer is None and (
+                    data.get("client") == "st-extension" or data.get("relay") is True):
+                # The extension can run LLM requests on the user's ST connection (llm.mode = relay).
+                relay_peer = sc.relay.attach(queue.put_nowait)
+            elif isinstance(data, dict) and data.get("type") == "relay_response":
+                sc.relay.resolve(data)
     finally:
+        if relay_peer is not None:
+            sc.relay.detach(relay_peer)
         sender.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await sender
@@ -317,6 +326,9 @@ def setup_routes(app: web.Application) -> None:
     r.add_post(chat + "/import", import_chat)
     r.add_post(chat + "/reindex", reindex)
     r.add_get("/v1/ws", live_socket)
+    from .dna.routes import setup_dna_routes  # here: the DNA routes import this module
+
+    setup_dna_routes(app)
 
 
 def create_app(data_dir: Path | str, *, host: str = "127.0.0.1", token: str | None = None,

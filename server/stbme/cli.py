@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -110,7 +109,8 @@ def serve(host, port, data_dir, token, settings, log_level):
 def stats(data_dir, as_json):
     """Show chats, memories and the job queue."""
     async def go(sc: Sidecar):
-        return {"health": await sc.health(), "chats": await sc.list_chats()}
+        return {"health": await sc.health(), "chats": await sc.list_chats(),
+                "repair_loops": await sc.dna.list_loops(None)}
 
     data = _run(data_dir, go)
     if as_json:
@@ -125,6 +125,11 @@ def stats(data_dir, as_json):
     for chat in data["chats"]:
         click.echo(f"  {chat['chat_id']}: {chat['messages']} messages, {chat['nodes']} memories, "
                    f"processed up to #{chat['processed_upto']}")
+    loops = data["repair_loops"]
+    click.echo(f"{len(loops)} open repair loops (the model keeps making the same mistake)")
+    for loop in loops:
+        click.echo(f"  {loop['chat_id']}: {loop['id']} ({loop['type']}, similarity {loop['similarity']:.2f}): "
+                   f"{loop['second']}")
 
 
 @main.command("recall")
@@ -221,6 +226,13 @@ def settings_markdown() -> str:
         lines.append(f"| `{s.name}` | {s.type} | `{default}` | {rng} | {'yes' if s.per_chat else ''} | "
                      f"{s.help}{' (restart)' if s.restart else ''} |")
     return "\n".join(lines) + "\n"
+
+
+# The DNA layer's commands (`stbme dna ...`, `stbme hub`); imported last: they use this module's helpers.
+from .dna.cli import dna_group, hub_command  # noqa: E402
+
+main.add_command(dna_group)
+main.add_command(hub_command)
 
 
 if __name__ == "__main__":  # python -m stbme.cli

@@ -153,6 +153,138 @@ SETTINGS: tuple[Setting, ...] = (
     S("index.ef_search", 64, "int", "HNSW ef at query time.", min=10, max=2000),
     S("index.save_every_s", 30.0, "float", "Save changed indexes to disk at most this often, in seconds.",
       min=1, max=3600),
+    # LLM (issue 4): clients
+    S("llm.mode", "none", "choice",
+      "Memory LLM: 'none' (heuristic memories only), 'openai' (any OpenAI-compatible /v1/chat/completions) "
+      "or 'relay' (the extension runs each request on your current SillyTavern connection; no second key).",
+      choices=("none", "openai", "relay")),
+    S("llm.url", "", "str", "Base URL of an OpenAI-compatible chat API, e.g. https://api.openai.com/v1 or "
+      "http://127.0.0.1:11434/v1 (llm.mode = openai)."),
+    S("llm.key", "", "str", "API key of the chat API (empty for local servers).", secret=True),
+    S("llm.model", "", "str", "Model name for the chat API, e.g. gpt-4o-mini or deepseek-chat."),
+    S("llm.temperature", 0.2, "float", "Sampling temperature of memory tasks.", min=0, max=2),
+    S("llm.max_tokens", 1200, "int", "Most completion tokens of one memory task.", min=64, max=64000),
+    S("llm.timeout_s", 120.0, "float", "Timeout of one LLM HTTP call, in seconds.", min=1, max=3600),
+    S("llm.concurrency", 2, "int", "Most LLM calls in flight at once.", min=1, max=32),
+    S("llm.retries", 2, "int", "Retries of a failed LLM HTTP call (429, 5xx, timeout), with backoff.", min=0, max=10),
+    S("llm.json_retries", 1, "int",
+      "Retries of an answer that is not JSON (the bad answer is sent back with a strict-JSON reminder); "
+      "extraction gets one more.", min=0, max=5),
+    S("llm.relay_timeout_s", 180.0, "float",
+      "llm.mode = relay: how long to wait for the extension to answer one request, in seconds.", min=5, max=3600),
+    # LLM extraction
+    S("extract.context_turns", 2, "int",
+      "LLM extraction: earlier turns (user + assistant pairs) shown as context before the new messages.",
+      min=0, max=20, per_chat=True),
+    S("extract.exclude_tags", "think,analysis,reasoning", "str",
+      "Tags whose blocks (<think>...</think>) are removed from messages before extraction, comma-separated."),
+    S("extract.existing_memories", 12, "int",
+      "LLM extraction: most existing memories shown to the LLM (so it updates instead of duplicating).",
+      min=0, max=60),
+    S("extract.smart_trigger", False, "bool",
+      "Extract early when the new text looks like a plot turn (keywords, patterns, names), before "
+      "extract.every assistant messages.", per_chat=True),
+    S("extract.trigger_patterns", "", "str",
+      "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive).", per_chat=True),
+    S("extract.smart_threshold", 2, "int", "Smart-trigger score that starts an extraction.", min=1, max=10,
+      per_chat=True),
+    # dedupe
+    S("dedupe.enabled", True, "bool", "Ask the LLM whether a new memory very similar to an old one is new, a "
+      "correction (merge) or a duplicate (skip).", per_chat=True),
+    S("dedupe.threshold", 0.85, "float", "Cosine similarity from which a new memory is checked for duplicates.",
+      min=0.5, max=1),
+    S("dedupe.neighbors", 3, "int", "Nearest existing memories shown per new memory in the duplicate check.",
+      min=1, max=10),
+    # A-MEM evolution
+    S("evolve.enabled", True, "bool",
+      "A-MEM evolution: let each new memory re-read its nearest old memories (links, context, tags).",
+      per_chat=True),
+    S("evolve.neighbors", 5, "int", "Nearest old memories re-read per new memory.", min=1, max=20),
+    S("evolve.min_similarity", 0.3, "float",
+      "Old memories less similar than this (cosine) to the new one are not shown for evolution.", min=0, max=1),
+    # maintenance
+    S("maintain.summary_every", 3, "int",
+      "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels.",
+      min=0, max=100, per_chat=True),
+    S("maintain.summary_fan_in", 3, "int", "Summaries of one level folded into one of the next level.",
+      min=2, max=10),
+    S("maintain.synopsis_every", 5, "int", "Rewrite the story synopsis every N extractions (0 = off).",
+      min=0, max=100, per_chat=True),
+    S("maintain.reflect_every", 10, "int", "Write a reflection (insight, trigger, suggestion) every N "
+      "extractions (0 = off).", min=0, max=200, per_chat=True),
+    S("maintain.compress_every", 10, "int",
+      "Compress old LLM events, threads and reflections into summary nodes every N extractions (0 = off).",
+      min=0, max=200, per_chat=True),
+    # prompts (empty = the built-in default, shown in docs)
+    S("prompts.extract", "", "str", "Override of the extraction instructions (empty = built-in default)."),
+    S("prompts.dedupe", "", "str", "Override of the duplicate-check instructions (empty = built-in default)."),
+    S("prompts.evolve", "", "str", "Override of the A-MEM evolution instructions (empty = built-in default)."),
+    S("prompts.summary", "", "str", "Override of the small-summary instructions (empty = built-in default)."),
+    S("prompts.rollup", "", "str", "Override of the summary roll-up instructions (empty = built-in default)."),
+    S("prompts.synopsis", "", "str", "Override of the synopsis instructions (empty = built-in default)."),
+    S("prompts.reflect", "", "str", "Override of the reflection instructions (empty = built-in default)."),
+    S("prompts.compress", "", "str", "Override of the compression instructions (empty = built-in default)."),
+    S("prompts.rerank", "", "str", "Override of the recall rerank instructions (empty = built-in default)."),
+    # recall rerank
+    S("recall.rerank", False, "bool", "Let the LLM pick the most relevant memories among the top candidates "
+      "(adds one LLM call, and its latency, to every recall).", per_chat=True),
+    S("recall.rerank_pool", 20, "int", "Candidates shown to the LLM rerank.", min=2, max=60),
+    S("recall.rerank_timeout_s", 8.0, "float",
+      "A rerank slower than this is abandoned and the scored order is used.", min=0.5, max=120),
+    # DNA Memory layer (issue 5): every key of the DNA Memory v3 config, same defaults
+    S("dna.decay_days", 7, "int", "A memory unused for more than this many days starts to decay.",
+      min=0, max=3650, per_chat=True),
+    S("dna.decay_rate", 0.1, "float", "Weight (0-1) a decaying memory loses per idle day.", min=0, max=1,
+      per_chat=True),
+    S("dna.forget_threshold", 0.2, "float",
+      "A memory whose weight falls below this is archived (never deleted; restore it from the memory browser).",
+      min=0, max=1, per_chat=True),
+    S("dna.reflect_trigger", 20, "int", "Reflect (consolidate memory layers, look for repair loops) after this "
+      "many new memories, without waiting for the interval.", min=1, max=100000, per_chat=True),
+    S("dna.max_short_term", 100, "int",
+      "Short-term layer capacity: beyond it the oldest short-term memories move to long-term.",
+      min=1, max=1_000_000, per_chat=True),
+    S("dna.max_long_term", 500, "int", "Long-term layer capacity: beyond it the weakest memories idle for "
+      "more than dna.decay_days are archived.", min=1, max=10_000_000, per_chat=True),
+    S("dna.embedding_model", "text-embedding-3-small", "str",
+      "Kept for DNA Memory config compatibility; the DNA layer compares texts with the sidecar's own embedder "
+      "(embed.provider, embed.openai_model), so this value has no effect."),
+    S("dna.auto_reflect", True, "bool", "Reflect on a schedule (dna.auto_reflect_interval_minutes) and after "
+      "dna.reflect_trigger new memories.", per_chat=True),
+    S("dna.auto_reflect_interval_minutes", 30, "int", "Minutes between scheduled reflections (only of chats "
+      "whose memories changed).", min=1, max=100000),
+    S("dna.auto_decay", True, "bool", "Decay idle memories on a schedule (dna.auto_decay_interval_hours).",
+      per_chat=True),
+    S("dna.auto_decay_interval_hours", 24, "int", "Hours between scheduled decay passes.", min=1, max=100000),
+    S("dna.evolution_strategy", "balanced", "choice",
+      "How readily signals are remembered and memories reinforced or decayed (new/reinforce/decay weights): "
+      "balanced 0.5/0.3/0.2, aggressive 0.8/0.15/0.05, conservative 0.2/0.4/0.4, cleanup 0/0.2/0.8. "
+      "A signal is remembered when its confidence reaches 1 - new weight.",
+      choices=("balanced", "aggressive", "conservative", "cleanup"), per_chat=True),
+    S("dna.signal_confidence_threshold", 0.7, "float",
+      "Signals (corrections, preferences, decisions, errors, workflows in user messages) below this confidence "
+      "are ignored.", min=0, max=1, per_chat=True),
+    S("dna.repair_loop_detection", True, "bool", "Detect repeated corrections/errors of the same thing (the "
+      "model keeps making the same mistake) and escalate that memory: pin, lock, raise its importance.",
+      per_chat=True),
+    S("dna.gep_enabled", True, "bool", "Let genes (trigger -> actions templates) decide what a signal does; off: "
+      "every remembered signal becomes a directive memory and corrections fix what they contradict.",
+      per_chat=True),
+    S("dna.signals", True, "bool", "Turn user signals into directive memories (the 'User directives' section).",
+      per_chat=True),
+    S("dna.signal_scope", "message", "choice", "Where signals are looked for: the whole user message "
+      "('message') or only its out-of-character parts: (OOC: ...), ((...)), // ... ('ooc').",
+      choices=("message", "ooc"), per_chat=True),
+    S("dna.capsule", "", "str", "Capsule (named gene bundle with a strategy) used for the chat; empty = every "
+      "enabled gene with dna.evolution_strategy.", per_chat=True),
+    # DNA hub (optional): share genes and capsules between sidecars, never chat content
+    S("network.enabled", False, "bool", "Join a DNA hub: heartbeat with stats, publish and fetch genes/capsules."),
+    S("network.hub_url", "", "str", "Base URL of the DNA hub (`stbme hub`), e.g. http://127.0.0.1:8770 "
+      "(empty = none)."),
+    S("network.node_id", "", "str", "This sidecar's name on the hub (empty = none)."),
+    S("network.token", "", "str", "Token the hub requires (Authorization: Bearer).", secret=True),
+    S("network.heartbeat_interval_minutes", 6, "int", "Minutes between heartbeats to the hub.",
+      min=1, max=10000),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -23,11 +23,16 @@ from .graph.schema import NODE_TYPES
 from .hashing import text_hash
 from .index import IndexManager
 from .interop import formats
+from .dna.service import DnaService
 from .live import LiveHub
+from .llm import make_llm
+from .llm.relay import RelayChannel
+from .llm.usage import UsageMeter
 from .pipeline.batch import run_next_batch
 from .pipeline.stages import default_stages
 from .pipeline.lexical import LexicalIndexes
 from .pipeline.recall import RecallQuery, recall
+from .pipeline.rerank import rerank
 from .pipeline.sync import apply_sync, parse_sync_request
 from .store import Store
 from .store.events import record_event
@@ -74,6 +79,7 @@ class Sidecar:
         self.store = store
         self.settings = settings
         self.embeddings = EmbeddingService(store, embedder)
+        # An HTTP embedder learns its dimension from its first answer (0 until then).
         self.indexes = IndexManager(store, self.data_dir / "indexes", embedder.id, embedder.dim,
                                     m=settings["index.m"], ef_construction=settings["index.ef_construction"],
                                     ef_search=settings["index.ef_search"])
@@ -81,12 +87,23 @@ class Sidecar:
         self.live = LiveHub()
         self.started_at = time.time()
         self._wake = asyncio.Event()
+        self._retry_at: dict[str, float] = {}
         self._tasks: list[asyncio.Task] = []
         self._busy: set[str] = set()
         self._reembed: dict | None = None
         self._embed_lock = asyncio.Lock()
         self._closed = False
+        self.llm_usage = UsageMeter()
+        self.relay = RelayChannel()
+        self.relay.on_connect.append(self._resume_parked)
+        try:
+            self.llm = make_llm(self.settings.__getitem__, self.relay, self.llm_usage)
+        except StbmeError as exc:  # stored settings that cannot work: say so, run heuristic-only
+            log.warning("LLM disabled: %s", exc.message)
+            self.settings.apply_global({"llm.mode": "none"})
+            self.llm = make_llm(self.settings.__getitem__, self.relay, self.llm_usage)
         self.stages = default_stages(self)
+        self.dna = DnaService(self)  # DNA layer: scheduler, genes/capsules, events, hub
 
     @classmethod
     def open(cls, data_dir: Path | str, *, embedder: Embedder | None = None,
@@ -104,8 +121,6 @@ class Sidecar:
             glob, chats = store.read_sync(_load_settings)
             settings = config.Settings(glob, chats)
             embedder = embedder or make_embedder(settings)
-            if embedder.dim == 0:  # an HTTP embedder learns its dimension from a first call
-                raise StbmeError("the embedder's dimension is unknown", status=500)
         except BaseException:
             store.close()
             raise
@@ -119,6 +134,7 @@ class Sidecar:
             log.info("resuming %d interrupted jobs", resumed)
         self._tasks = [asyncio.create_task(self._worker(), name="stbme-worker"),
                        asyncio.create_task(self._saver(), name="stbme-index-saver")]
+        self._tasks += await self.dna.start()
         self._wake.set()
 
     async def close(self) -> None:
@@ -132,7 +148,11 @@ class Sidecar:
                 await task
         with contextlib.suppress(Exception):
             await self.indexes.save_dirty()
+        with contextlib.suppress(Exception):
+            await self.dna.close()
         await self.embeddings.embedder.close()
+        with contextlib.suppress(Exception):
+            await self.llm.close()
         self.store.close()
 
     def chat_setting(self, chat_id: str | None):
@@ -141,13 +161,22 @@ class Sidecar:
     # -- settings -------------------------------------------------------------------------------
     async def update_settings(self, updates: Any) -> dict:
         clean = config.validate_updates(updates)
+        if any(k.startswith("llm.") for k in clean):  # refuse LLM settings that cannot work, before saving
+            try:
+                candidate = make_llm(lambda n: clean.get(n, self.settings[n]), self.relay, UsageMeter())
+            except StbmeError as exc:
+                raise BadRequest(exc.message, field=exc.field) from None
+            await candidate.close()
         embed_changed = any(k.startswith("embed.") and clean[k] != self.settings[k] for k in clean)
+        new_settings = config.Settings(self.settings.all(reveal=True) | clean)
         await self.store.write(lambda conn: conn.executemany(
             "INSERT OR REPLACE INTO settings (scope, name, value) VALUES ('', ?, ?)",
             [(k, orjson.dumps(v).decode()) for k, v in clean.items()]))
         self.settings.apply_global(clean)
         if embed_changed:
-            self.start_reembed()
+            await self._apply_embed_settings(new_settings)
+        if any(k.startswith("llm.") for k in clean):
+            await self.reconfigure_llm()
         return self.settings.all()
 
     async def update_chat_settings(self, chat_id: str, updates: Any) -> dict:
@@ -164,6 +193,29 @@ class Sidecar:
         await self.store.write(write)
         self.settings.apply_chat(chat_id, clean)
         return self.settings.all(chat_id)
+
+    async def reconfigure_llm(self) -> None:
+        """Swap the LLM client and the stage list after llm.* settings changed (the next batch uses them)."""
+        old = self.llm
+        self.llm = make_llm(self.settings.__getitem__, self.relay, self.llm_usage)
+        self.stages = default_stages(self)
+        if old is not self.llm:
+            with contextlib.suppress(Exception):
+                await old.close()
+        self._resume_parked()
+
+    def _resume_parked(self) -> None:
+        """Jobs parked by a dead LLM (failed) run again: on a new LLM configuration, or when the extension
+        (the relay) connects."""
+        if self._closed:
+            return
+
+        def requeue(conn):
+            conn.execute("UPDATE jobs SET state = 'pending', attempts = 0, updated_at = ? WHERE state = 'failed'"
+                         " AND kind = 'process'", (time.time(),))
+
+        self.store.write_nowait(requeue)
+        self._wake.set()
 
     # -- write path -----------------------------------------------------------------------------
     async def sync(self, chat_id: str, body: Any) -> dict:
@@ -186,16 +238,20 @@ class Sidecar:
 
     async def _worker(self) -> None:
         while True:
+            now = time.monotonic()
+            waiting = {c for c, at in self._retry_at.items() if at > now}  # backing off after a failure
             try:
-                job = await self.store.write(lambda conn: claim_next_job(conn, self._busy))
+                job = await self.store.write(lambda conn: claim_next_job(conn, self._busy | waiting))
             except StbmeError:
                 return
             if job is None:
                 self._wake.clear()
+                pause = min([5.0] + [at - now for c, at in self._retry_at.items() if at > now])
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(5.0):
+                    async with asyncio.timeout(max(pause, 0.01)):
                         await self._wake.wait()
                 continue
+            self._retry_at.pop(job["chat_id"], None)
             self._busy.add(job["chat_id"])
             try:
                 await self._run_job(job)
@@ -213,7 +269,8 @@ class Sidecar:
                 if state == "failed":
                     self.live.notice("error", f"memory processing failed: {message}. It will be retried on the "
                                      "next message; check the sidecar log.", job["chat_id"])
-                await asyncio.sleep(min(30, 2 ** job["attempts"]))
+                # Back off this chat only; other chats keep being processed meanwhile.
+                self._retry_at[job["chat_id"]] = time.monotonic() + min(30, 2 ** job["attempts"])
             finally:
                 self._busy.discard(job["chat_id"])
 
@@ -233,6 +290,9 @@ class Sidecar:
         while True:
             ctx = await run_next_batch(self, chat_id, self.stages)
             if ctx is None:
+                # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
+                # so the job is retried with backoff, then parked with its error).
+                await self.embed_pending(chat_id)
                 return batches
             batches += 1
             self.live.progress("extract", chat_id, ctx.end + 1, ctx.total_messages, started)
@@ -329,9 +389,14 @@ class Sidecar:
             "SELECT 1 FROM chats WHERE chat_id = ?", (chat_id,)).fetchone())
         if not exists or not setting("recall.enabled"):
             return {"text": "", "tokens": 0, "memories": [], "took_ms": 0.0, "language": None}
+        reranker = None
+        if setting("recall.rerank") and self.settings["llm.mode"] != "none":
+            async def reranker(result, text, recent_texts):
+                return await rerank(self.llm, result, query=text, recent=recent_texts, max_memories=limit,
+                                    setting=setting)
         return await recall(store=self.store, embeddings=self.embeddings, indexes=self.indexes,
                             lexical=self.lexical, chat_id=chat_id,
-                            q=RecallQuery(query, recent, budget, limit), settings=setting)
+                            q=RecallQuery(query, recent, budget, limit), settings=setting, reranker=reranker)
 
     # -- chats ----------------------------------------------------------------------------------
     async def list_chats(self) -> list[dict]:
@@ -378,7 +443,8 @@ class Sidecar:
 
         def delete(conn):
             counts = {}
-            for table in ("messages", "nodes", "edges", "journal", "jobs", "mentions", "settings", "events"):
+            for table in ("messages", "nodes", "edges", "journal", "jobs", "mentions", "settings", "events",
+                          "repair_loops", "dna_state"):
                 column = "scope" if table == "settings" else "chat_id"
                 counts[table] = conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (chat_id,)).rowcount
             counts["chats"] = conn.execute("DELETE FROM chats WHERE chat_id = ?", (chat_id,)).rowcount
@@ -572,6 +638,28 @@ class Sidecar:
         return {"indexed": len(index), "embedder": self.embeddings.id}
 
     # -- embedder switch ------------------------------------------------------------------------
+    async def _apply_embed_settings(self, settings: config.Settings) -> None:
+        """A new model (another vector space) is re-embedded in the background; a change that keeps the
+        model (timeouts, retries, batch size) just replaces the client."""
+        try:
+            candidate = make_embedder(settings)
+        except StbmeError as exc:
+            self.live.notice("error", f"new embedding settings not usable: {exc.message}")
+            return
+        if candidate.id != self.embeddings.id:
+            await candidate.close()
+            self.start_reembed()
+            return
+        async with self._embed_lock:
+            old = self.embeddings.embedder
+            candidate.dim = candidate.dim or old.dim
+            self.embeddings.embedder = candidate
+        await old.close()
+
+    def wake_worker(self) -> None:
+        """Run queued jobs now instead of at the worker's next poll."""
+        self._wake.set()
+
     def start_reembed(self) -> None:
         if self._reembed and not self._reembed["task"].done():
             self._reembed["task"].cancel()
@@ -645,6 +733,8 @@ class Sidecar:
                       "schema_version": info["schema_version"]},
             "queue": info["queue"],
             "live_clients": self.live.clients,
+            "llm": {"mode": self.settings["llm.mode"], "client": self.llm.id, "relay_clients": self.relay.connected,
+                    "usage": self.llm_usage.snapshot()},
             "uptime_s": round(time.time() - self.started_at, 1),
         }
 

@@ -69,8 +69,9 @@ class ChangeSet:
                                 (node_id, self.chat_id)).fetchone()
         return node_from_row(row) if row else None
 
-    def update_node(self, node_id: str, **changes: Any) -> Node:
-        """Change columns of a node (fields=…, archived=…, embedding=…). Returns the node after."""
+    def update_node(self, node_id: str, *, touch: bool = True, **changes: Any) -> Node:
+        """Change columns of a node (fields=…, archived=…, embedding=…). Returns the node after.
+        `touch=False` keeps `updated_at` (bookkeeping such as storing a vector is not an edit)."""
         before = self.conn.execute("SELECT * FROM nodes WHERE id = ? AND chat_id = ?",
                                    (node_id, self.chat_id)).fetchone()
         if before is None:
@@ -80,7 +81,8 @@ class ChangeSet:
             if not hasattr(node, key) or key in ("id", "chat_id", "rev"):
                 raise AttributeError(key)
             setattr(node, key, value)
-        node.updated_at = time.time()
+        if touch:
+            node.updated_at = time.time()
         node.rev = self._rev()
         row = node_to_row(node)
         cols = [c for c in row if c != "id"]
@@ -91,8 +93,8 @@ class ChangeSet:
         return node
 
     def set_embedding(self, node_id: str, vector: np.ndarray, embedder: str, text_hash: str) -> None:
-        self.update_node(node_id, embedding=np.asarray(vector, dtype=np.float32), embedder=embedder,
-                         text_hash=text_hash)
+        self.update_node(node_id, touch=False, embedding=np.asarray(vector, dtype=np.float32),
+                         embedder=embedder, text_hash=text_hash)
 
     # -- edges ----------------------------------------------------------------------------------
     def add_edge(self, from_id: str, to_id: str, relation: str, strength: float = 0.8) -> Edge | None:

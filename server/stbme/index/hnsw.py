@@ -56,8 +56,18 @@ class ChatIndex:
             k = min(k, len(self.rev_of))
             if k <= 0:
                 return []
-            self._index.set_ef(max(self.ef_search, k))
-            labels, distances = self._index.knn_query(np.asarray(vector, dtype=np.float32).reshape(1, -1), k=k)
+            query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
+            while True:
+                self._index.set_ef(max(self.ef_search, k))
+                try:
+                    labels, distances = self._index.knn_query(query, k=k)
+                    break
+                except RuntimeError:
+                    # After many mark_deleted updates hnswlib may reach fewer than k live items
+                    # ("Cannot return the results in a contiguous 2D array"): ask for fewer.
+                    if k <= 1:
+                        return []
+                    k = max(1, k // 2)
         return [(self.id_of[int(lab)], 1.0 - float(dist)) for lab, dist in zip(labels[0], distances[0])]
 
     def vectors(self, node_ids: list[str]) -> np.ndarray:
@@ -153,7 +163,11 @@ class ChatIndex:
         if _file_digest(bin_path) != meta.get("digest"):
             raise IndexMismatch("index file damaged (checksum differs)")
         labels = {k: int(v) for k, v in meta["labels"].items()}
-        self = cls(dim, embedder_id, m=meta["m"], ef_construction=meta["ef_construction"], ef_search=ef_search)
+        self = cls.__new__(cls)
+        self.dim, self.embedder_id, self.m = dim, embedder_id, meta["m"]
+        self.ef_construction, self.ef_search = meta["ef_construction"], ef_search
+        self.lock = threading.RLock()
+        self._index = hnswlib.Index(space="cosine", dim=dim)
         try:
             self._index.load_index(str(bin_path), max_elements=max(meta["next_label"], MIN_CAPACITY))
         except (RuntimeError, OSError) as exc:

@@ -53,11 +53,25 @@ class IndexManager:
     def loaded(self, chat_id: str) -> ChatIndex | None:
         return self._indexes.get(chat_id)
 
+    async def _learn_dim(self) -> int:
+        """The vector size, when it was not known up front (an HTTP embedder before its first call):
+        taken from a vector this embedder already stored."""
+        if not self.dim:
+            row = await self.store.read(lambda conn: conn.execute(
+                "SELECT length(embedding) FROM nodes WHERE embedder = ? AND embedding IS NOT NULL LIMIT 1",
+                (self.embedder_id,)).fetchone())
+            self.dim = row[0] // 4 if row else 0
+        return self.dim
+
     async def get(self, chat_id: str, progress: Progress | None = None) -> ChatIndex:
-        """The chat's index, loaded and reconciled with the store (rebuilt if it cannot be trusted)."""
+        """The chat's index, loaded and reconciled with the store (rebuilt if it cannot be trusted).
+        While the vector size is unknown (nothing embedded yet by this embedder) it is an empty index
+        that is not kept."""
         index = self._indexes.get(chat_id)
         if index is not None:
             return index
+        if not await self._learn_dim():
+            return ChatIndex(1, self.embedder_id, capacity=1)
         lock = self._loading.setdefault(chat_id, asyncio.Lock())
         async with lock:
             index = self._indexes.get(chat_id)
@@ -101,6 +115,8 @@ class IndexManager:
 
     async def build(self, chat_id: str, progress: Progress | None = None) -> ChatIndex:
         """Build a fresh index from the vectors in the store (no re-embedding) and swap it in."""
+        if not await self._learn_dim():
+            return ChatIndex(1, self.embedder_id, capacity=1)  # nothing embedded yet: nothing to index
         ids_revs = await self.store.read(
             lambda conn: [(r["id"], r["rev"]) for r in _indexable_rows(conn, chat_id, self.embedder_id,
                                                                        with_vectors=False)])

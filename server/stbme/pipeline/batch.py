@@ -72,9 +72,10 @@ class BatchContext:
         return self.sidecar.settings.get(name, self.chat_id)
 
     async def write(self, fn: Callable[[ChangeSet], Any], reason: str) -> Any:
-        """A journaled write after the batch committed (e.g. evolution), dropped if the chat moved on."""
+        """A journaled write after the batch committed (e.g. evolution), dropped if a rollback undid the
+        batch meanwhile. (Not the revision: an edit of a later, unprocessed message leaves the batch valid.)"""
         def run(conn: sqlite3.Connection):
-            _check_current(conn, self)
+            _check_committed(conn, self)
             cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=(self.start, self.end))
             result = fn(cs)
             return result, cs.touched_nodes
@@ -91,9 +92,18 @@ def _check_current(conn: sqlite3.Connection, ctx: BatchContext) -> None:
         raise StaleBatch()
 
 
-def batch_end(messages: list[Message], every: int) -> int | None:
+def _check_committed(conn: sqlite3.Connection, ctx: BatchContext) -> None:
+    row = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (ctx.chat_id,)).fetchone()
+    if row is None or row["processed_upto"] < ctx.end:
+        raise StaleBatch()
+
+
+def batch_end(messages: list[Message], every: int, *, single_group: bool = False) -> int | None:
     """Last index of the next batch: through the `every`-th pending assistant message (several groups
-    at once when many are pending, up to MAX_BATCH_MESSAGES messages). None: not enough yet."""
+    at once when many are pending, up to MAX_BATCH_MESSAGES messages). None: not enough yet.
+
+    `single_group`: exactly one group, so batch boundaries depend on the messages alone, never on how
+    many were pending (LLM stages need this: a replay after a rollback must cut the same batches)."""
     end, seen = None, 0
     for count, msg in enumerate(messages, 1):
         if msg.role == "assistant":
@@ -102,16 +112,18 @@ def batch_end(messages: list[Message], every: int) -> int | None:
                 if end is not None and count > MAX_BATCH_MESSAGES:
                     break
                 end = msg.index
+                if single_group:
+                    break
     return end
 
 
-def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int):
+def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None):
     row = conn.execute("SELECT processed_upto, revision FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
     if row is None:
         return None
     start = row["processed_upto"] + 1
     messages = load_messages(conn, chat_id, start, start + MAX_BATCH_MESSAGES * 4)
-    end = batch_end(messages, every)
+    end = end_fn(messages, every) if end_fn else batch_end(messages, every)
     if end is None:
         return None
     total = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
@@ -120,9 +132,12 @@ def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int):
 
 async def run_next_batch(sidecar: "Sidecar", chat_id: str, stages: list[Stage]) -> BatchContext | None:
     """Run the chat's next batch through every stage. None when there is nothing to do yet."""
+    # A stage may choose the batch's end (LLM extraction: one group, or earlier by the smart trigger).
+    end_fn = next((getattr(s, "batch_end") for s in stages if hasattr(s, "batch_end")), None)
+    end_fn = end_fn and (lambda messages, every, fn=end_fn: fn(messages, every, chat_id))
     while True:
         picked = await sidecar.store.read(
-            lambda conn: _read_batch(conn, chat_id, sidecar.settings.get("extract.every", chat_id)))
+            lambda conn: _read_batch(conn, chat_id, sidecar.settings.get("extract.every", chat_id), end_fn))
         if picked is None:
             return None
         ctx = BatchContext(sidecar, chat_id, *picked)

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..embed import EmbeddingService
+from ..embed import EmbedError, EmbeddingService
 from ..graph.model import Node, node_from_row
 from ..graph.schema import NODE_TYPES
 from ..index import IndexManager
@@ -70,12 +70,17 @@ def _fetch(conn, chat_id: str, ids: list[str]):
 
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexManager, lexical: LexicalIndexes,
-                 chat_id: str, q: RecallQuery, settings) -> dict:
-    """Run one recall; `settings(name)` gives the chat's effective setting."""
+                 chat_id: str, q: RecallQuery, settings, reranker=None) -> dict:
+    """Run one recall; `settings(name)` gives the chat's effective setting. `reranker(result, query,
+    recent)` (the optional LLM rerank) reorders a larger candidate list and cuts it to max_memories."""
     started = time.perf_counter()
     recent = _recent_texts(q.recent, settings("recall.recent_turns"))
     k = settings("recall.candidates")
-    qvec = await query_vector(embeddings, q.query, recent)
+    degraded = None
+    try:
+        qvec = await query_vector(embeddings, q.query, recent)
+    except EmbedError as exc:  # the embedding API is down: keywords still work
+        qvec, degraded = None, f"vector search unavailable: {exc.message}"
     embed_ms = (time.perf_counter() - started) * 1000
     vec_hits: list[tuple[str, float]] = []
     hnsw = None
@@ -89,8 +94,11 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexMa
     result = rank(
         vec_hits, lex_hits, await store.read(lambda conn: _fetch(conn, chat_id, list(
             dict.fromkeys([n for n, _ in vec_hits] + [n for n, _ in lex_hits])))),
-        settings=settings, max_memories=q.max_memories,
+        settings=settings, max_memories=q.max_memories + (settings("recall.rerank_pool") if reranker else 0),
         vectors=lambda ids: hnsw.vectors([i for i in ids if i in hnsw]) if hnsw else None)
+    if reranker is not None:
+        result, why = await reranker(result, q.query, recent)
+        degraded = degraded or why
     lang = settings("recall.language")
     if lang == "auto":
         lang = detect_language([q.query] + recent + [s.node.label for s in result[:5]])
@@ -101,7 +109,9 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexMa
         ids = [s.node.id for s in chosen]
         now = time.time()
         store.write_nowait(lambda conn: conn.executemany(
-            "UPDATE nodes SET access_count = access_count + 1, last_access = ? WHERE id = ?",
+            # DNA reinforcement: each injection adds 0.1 weight (capped at 1). Not journaled: not message-derived.
+            "UPDATE nodes SET access_count = access_count + 1, last_access = ?, weight = min(1.0, weight + 0.1)"
+            " WHERE id = ?",
             [(now, i) for i in ids]))
     return {
         "text": text,
@@ -114,6 +124,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexMa
         } for s in chosen],
         "took_ms": round((time.perf_counter() - started) * 1000, 2),
         "embed_ms": round(embed_ms, 2),
+        **({"degraded": degraded} if degraded else {}),
     }
 
 
@@ -136,7 +147,9 @@ def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=No
     """Fuse the rankings, gate weak matches, add importance and recency; core memories first."""
     core_rows, rows, length = fetched
     nodes = {r["id"]: node_from_row(r) for r in rows}
-    exclude_from = length - settings("recall.exclude_recent_messages")
+    # Memories of the last N messages are still in the prompt. A chat with no synced messages (an
+    # import into a new chat) has nothing in the prompt to skip.
+    exclude_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
     w_vec, w_lex = settings("recall.vector_weight"), settings("recall.lexical_weight")
     w_imp, w_rec = settings("recall.importance_weight"), settings("recall.recency_weight")
     min_sim, min_bm25 = settings("recall.min_similarity"), settings("recall.min_bm25")

@@ -9,7 +9,7 @@ import time
 
 import orjson
 
-_TABLES = {"nodes": "id", "edges": "id"}
+_TABLES = {"nodes": "id", "edges": "id", "repair_loops": "id"}  # repair_loops: DNA layer (m003)
 
 
 def record(conn: sqlite3.Connection, chat_id: str, batch: str, msg_from: int, msg_to: int,
@@ -60,11 +60,15 @@ def rollback_from(conn: sqlite3.Connection, chat_id: str, index: int, bump_rev) 
             if table == "nodes":
                 data["embedding"] = row["before_vec"]
                 data["rev"] = bump_rev()
-            cols = list(data)
-            conn.execute(
-                f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                [data[c] for c in cols],
-            )
+            cols = [c for c in data if c != pk]
+            # UPDATE in place keeps the row's rowid, so anything ordered by insertion reads the same after
+            # a rollback as on a fresh ingest; INSERT only if the row is gone.
+            updated = conn.execute(f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in cols)} WHERE {pk} = ?",
+                                   [data[c] for c in cols] + [data[pk]]).rowcount
+            if not updated:
+                cols.append(pk)
+                conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                             [data[c] for c in cols])
         if table == "nodes":
             result.touched_nodes.add(row["row_id"])
         result.reprocess_from = (row["msg_from"] if result.reprocess_from is None

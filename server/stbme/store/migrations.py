@@ -146,6 +146,67 @@ def m001_initial(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m003_dna(conn: sqlite3.Connection) -> None:
+    """DNA Memory layer: memory layers, GEP genes and capsules, repair loops, per-chat DNA state."""
+    _run_script(
+        conn,
+        """
+        -- working -> short_term -> long_term (DNA Memory layers); set only by stbme.dna.dynamics
+        ALTER TABLE nodes ADD COLUMN layer TEXT NOT NULL DEFAULT 'working';
+        CREATE TABLE genes (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            description TEXT NOT NULL DEFAULT '',
+            triggers TEXT NOT NULL DEFAULT '[]',   -- [{type, pattern}]
+            actions TEXT NOT NULL DEFAULT '[]',    -- [{op, ...}]
+            enabled INTEGER NOT NULL DEFAULT 1,
+            builtin INTEGER NOT NULL DEFAULT 0,
+            origin TEXT NOT NULL DEFAULT 'local',  -- local | builtin | hub
+            usage_count INTEGER NOT NULL DEFAULT 0,
+            last_used REAL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE TABLE capsules (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            description TEXT NOT NULL DEFAULT '',
+            gene_ids TEXT NOT NULL DEFAULT '[]',
+            strategy TEXT NOT NULL DEFAULT 'balanced',
+            enabled INTEGER NOT NULL DEFAULT 1,
+            builtin INTEGER NOT NULL DEFAULT 0,
+            origin TEXT NOT NULL DEFAULT 'local',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        -- Two corrections/errors of the same thing: the model keeps making the same mistake.
+        -- Rows found while processing messages are journaled (a rollback removes them).
+        CREATE TABLE repair_loops (
+            id TEXT PRIMARY KEY,
+            chat_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            first_id TEXT NOT NULL,
+            second_id TEXT NOT NULL,
+            similarity REAL NOT NULL,
+            time_gap REAL NOT NULL,
+            status TEXT NOT NULL DEFAULT 'open',   -- open | resolved
+            created_at REAL NOT NULL,
+            resolved_at REAL
+        );
+        CREATE INDEX repair_loops_by_chat ON repair_loops (chat_id, status);
+        CREATE TABLE dna_state (
+            chat_id TEXT PRIMARY KEY,
+            rng_counter INTEGER NOT NULL DEFAULT 0,  -- seeds the chat's next strategy draws
+            last_decay_at REAL,
+            last_reflect_at REAL,
+            reflect_rev INTEGER NOT NULL DEFAULT -1  -- chats.node_rev at the last reflection
+        ) WITHOUT ROWID;
+        CREATE INDEX events_by_kind ON events (kind, at);
+        """
+    )
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     # Not executescript(): it COMMITs first, which would split the migration's transaction.
     for statement in script.split(";\n"):

@@ -1,0 +1,182 @@
+"""Memory dynamics (DNA Memory): weight, decay, archiving and the working -> short-term -> long-term layers.
+
+Every memory has a weight (0-1). Recall reinforces what it injects (+0.1, see pipeline/recall.py); a
+decay pass lowers the weight of memories unused for more than `decay_days`, by `decay_rate` per day since
+the chat's previous pass, for the memories the strategy's draw picks; under `forget_threshold` a memory is
+archived, never deleted. Reflection consolidates the layers. Pinned and locked memories and rules are
+exempt from decay and from being archived.
+
+These are synchronous functions of a connection (one transaction each, on the store's writer thread).
+The time is a parameter (`now`), so tests run them over simulated days. Archiving goes through a
+ChangeSet with no message range: not message-derived, so a chat rollback never undoes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sqlite3
+
+from ..graph.changes import ChangeSet, ensure_chat
+from ..store.events import record_event
+from .strategy import DAY, Strategy, chat_rng
+
+LAYERS = ("working", "short_term", "long_term")
+EXEMPT_TYPES = ("rule",)
+REINFORCE_STEP = 0.1
+
+
+@dataclasses.dataclass
+class DnaState:
+    chat_id: str
+    rng_counter: int = 0
+    last_decay_at: float | None = None
+    last_reflect_at: float | None = None
+    reflect_rev: int = -1
+
+
+def load_state(conn: sqlite3.Connection, chat_id: str) -> DnaState:
+    row = conn.execute("SELECT * FROM dna_state WHERE chat_id = ?", (chat_id,)).fetchone()
+    return DnaState(**dict(row)) if row else DnaState(chat_id)
+
+
+def save_state(conn: sqlite3.Connection, state: DnaState) -> None:
+    conn.execute("INSERT OR REPLACE INTO dna_state (chat_id, rng_counter, last_decay_at, last_reflect_at, reflect_rev)"
+                 " VALUES (?,?,?,?,?)", (state.chat_id, state.rng_counter, state.last_decay_at,
+                                         state.last_reflect_at, state.reflect_rev))
+
+
+def next_rng(state: DnaState) -> random.Random:
+    """The chat's generator for this pass; the counter moves on so the next pass draws anew."""
+    rng = chat_rng(state.chat_id, state.rng_counter)
+    state.rng_counter += 1
+    return rng
+
+
+def is_exempt(row: sqlite3.Row) -> bool:
+    return bool(row["pinned"]) or bool(row["locked"]) or row["type"] in EXEMPT_TYPES
+
+
+@dataclasses.dataclass
+class DecayReport:
+    chat_id: str
+    strategy: str
+    step_days: float
+    checked: int = 0
+    decayed: int = 0
+    archived: list[str] = dataclasses.field(default_factory=list)
+    touched: set[str] = dataclasses.field(default_factory=set)
+
+    def to_json(self) -> dict:
+        return {"chat_id": self.chat_id, "strategy": self.strategy, "step_days": round(self.step_days, 4),
+                "checked": self.checked, "decayed": self.decayed, "archived": self.archived}
+
+
+def archive_node(cs: ChangeSet, node_id: str, reason: str, **data) -> None:
+    cs.update_node(node_id, archived=True)
+    record_event(cs.conn, cs.chat_id, "archive", node_id=node_id, reason=reason, **data)
+
+
+def decay_chat(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy: str, decay_days: float,
+               decay_rate: float, forget_threshold: float, max_step_days: float = 1.0) -> DecayReport:
+    """One decay pass. The step is the time since the chat's previous pass in days, at most
+    `max_step_days` (the scheduler's interval), so a chat left alone for a month is not wiped at once."""
+    ensure_chat(conn, chat_id)
+    state = load_state(conn, chat_id)
+    elapsed = (now - state.last_decay_at) / DAY if state.last_decay_at is not None else max_step_days
+    step = max(0.0, min(elapsed, max_step_days))
+    report = DecayReport(chat_id, strategy, step)
+    chooser = Strategy(strategy, next_rng(state))
+    cs = ChangeSet(conn, chat_id, reason="decay")
+    rows = conn.execute("SELECT id, type, weight, pinned, locked, access_count, last_access, created_at FROM nodes"
+                        " WHERE chat_id = ? AND archived = 0 ORDER BY rowid", (chat_id,)).fetchall()
+    for row in rows:
+        if is_exempt(row):
+            continue
+        report.checked += 1
+        last_used = row["last_access"] or row["created_at"]
+        if step <= 0 or not chooser.should_decay(last_used, now, decay_days):
+            continue
+        weight = max(0.0, round(row["weight"] - decay_rate * step, 6))
+        report.decayed += 1
+        conn.execute("UPDATE nodes SET weight = ? WHERE id = ?", (weight, row["id"]))
+        if weight < forget_threshold:
+            archive_node(cs, row["id"], "decay", weight=weight, idle_days=round((now - last_used) / DAY, 2))
+            report.archived.append(row["id"])
+    state.last_decay_at = now
+    save_state(conn, state)
+    report.touched = cs.touched_nodes
+    if report.decayed:
+        record_event(conn, chat_id, "decay", **{k: v for k, v in report.to_json().items() if k != "chat_id"})
+    return report
+
+
+@dataclasses.dataclass
+class ReflectReport:
+    chat_id: str
+    to_short_term: int = 0
+    to_long_term: int = 0
+    reinforced: int = 0
+    archived: list[str] = dataclasses.field(default_factory=list)
+    layers: dict[str, int] = dataclasses.field(default_factory=dict)
+    touched: set[str] = dataclasses.field(default_factory=set)
+    loops: list[dict] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"chat_id": self.chat_id, "to_short_term": self.to_short_term, "to_long_term": self.to_long_term,
+                "reinforced": self.reinforced, "archived": self.archived, "layers": self.layers,
+                "repair_loops": self.loops}
+
+
+def layer_counts(conn: sqlite3.Connection, chat_id: str) -> dict[str, int]:
+    counts = dict(conn.execute("SELECT layer, count(*) FROM nodes WHERE chat_id = ? AND archived = 0 GROUP BY layer",
+                               (chat_id,)).fetchall())
+    return {layer: counts.get(layer, 0) for layer in LAYERS}
+
+
+def consolidate(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy: str, max_short_term: int,
+                max_long_term: int, decay_days: float) -> ReflectReport:
+    """Move memories through the layers: working -> short-term (everything since the last reflection);
+    short-term -> long-term when used often (the strategy's reinforce draw, +0.1 weight) or when the
+    short-term layer is over capacity (oldest first); over long-term capacity, archive the weakest
+    memories idle for more than decay_days (exempt ones never)."""
+    ensure_chat(conn, chat_id)
+    state = load_state(conn, chat_id)
+    chooser = Strategy(strategy, next_rng(state))
+    report = ReflectReport(chat_id)
+    report.to_short_term = conn.execute(
+        "UPDATE nodes SET layer = 'short_term' WHERE chat_id = ? AND archived = 0 AND layer = 'working'",
+        (chat_id,)).rowcount
+    short = conn.execute("SELECT id, access_count, weight FROM nodes WHERE chat_id = ? AND archived = 0 AND"
+                         " layer = 'short_term' ORDER BY created_at, rowid", (chat_id,)).fetchall()
+    promoted = set()
+    for row in short:
+        if chooser.should_reinforce(row["access_count"]):
+            conn.execute("UPDATE nodes SET layer = 'long_term', weight = min(1.0, weight + ?) WHERE id = ?",
+                         (REINFORCE_STEP, row["id"]))
+            promoted.add(row["id"])
+            report.reinforced += 1
+    remaining = [r for r in short if r["id"] not in promoted]
+    overflow = remaining[:max(0, len(remaining) - max_short_term)]
+    conn.executemany("UPDATE nodes SET layer = 'long_term' WHERE id = ?", [(r["id"],) for r in overflow])
+    report.to_long_term = len(promoted) + len(overflow)
+    long_count = conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND layer = 'long_term'",
+                              (chat_id,)).fetchone()[0]
+    excess = long_count - max_long_term
+    if excess > 0:
+        cs = ChangeSet(conn, chat_id, reason="consolidate")
+        idle_before = now - decay_days * DAY
+        weakest = conn.execute(
+            "SELECT id, weight FROM nodes WHERE chat_id = ? AND archived = 0 AND layer = 'long_term' AND pinned = 0"
+            f" AND locked = 0 AND type NOT IN ({','.join('?' * len(EXEMPT_TYPES))})"
+            " AND coalesce(last_access, created_at) < ? ORDER BY weight, importance, coalesce(last_access, created_at),"
+            " rowid LIMIT ?", (chat_id, *EXEMPT_TYPES, idle_before, excess)).fetchall()
+        for row in weakest:
+            archive_node(cs, row["id"], "consolidation", weight=row["weight"])
+            report.archived.append(row["id"])
+        report.touched = cs.touched_nodes
+    state.last_reflect_at = now
+    state.reflect_rev = conn.execute("SELECT node_rev FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+    save_state(conn, state)
+    report.layers = layer_counts(conn, chat_id)
+    return report

@@ -1,0 +1,137 @@
+"""Signal dedupe and repair loops (DNA Memory v3).
+
+- A signal at least 0.9 similar (cosine of embeddings) to a directive memory of the same type made in the
+  last hour reinforces that memory (+0.1 weight) instead of adding another.
+- Corrections or errors at least 0.85 similar and within 7 days of each other form a repair loop: the
+  model keeps making the same mistake. The loop (both memory ids, similarity, time gap) is recorded and
+  the memories are escalated (by the `repair_loop` gene: pin, lock, raise importance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+import uuid
+
+import numpy as np
+import orjson
+
+from ..graph.changes import ChangeSet
+from ..store import journal
+from ..store.events import record_event
+from .signals import SIGNAL_TYPES
+from .strategy import DAY
+
+DEDUPE_SIMILARITY = 0.9
+DEDUPE_WINDOW_S = 3600.0
+LOOP_SIMILARITY = 0.85
+LOOP_WINDOW_S = 7 * DAY
+LOOP_TYPES = ("correction", "error")
+
+
+@dataclasses.dataclass
+class Directive:
+    """A directive memory as the dedupe and loop checks see it."""
+    id: str
+    type: str
+    vector: np.ndarray
+    created_at: float
+    seq_from: int | None = None
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(np.dot(a, b) / (na * nb)) if na and nb else 0.0
+
+
+def load_directives(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *, since: float,
+                    before_index: int | None = None) -> list[Directive]:
+    """Active directive memories made since `since` that have a vector from this embedder; with
+    `before_index`, only those not derived from messages at or after it (manual ones count)."""
+    rows = conn.execute(
+        f"SELECT id, type, embedding, created_at, seq_from FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
+        f" ({','.join('?' * len(SIGNAL_TYPES))}) AND created_at >= ? AND embedding IS NOT NULL AND embedder = ?"
+        " AND (? IS NULL OR seq_from IS NULL OR seq_from < ?) ORDER BY created_at, rowid",
+        (chat_id, *SIGNAL_TYPES, since, embedder_id, before_index, before_index)).fetchall()
+    return [Directive(r["id"], r["type"], np.frombuffer(r["embedding"], dtype=np.float32), r["created_at"],
+                      r["seq_from"]) for r in rows]
+
+
+def find_duplicate(type_: str, vector: np.ndarray, directives: list[Directive], now: float) -> tuple[Directive, float] | None:
+    """The most similar directive of the same type from the last hour at >= 0.9, if any."""
+    best = None
+    for d in directives:
+        if d.type != type_ or now - d.created_at > DEDUPE_WINDOW_S:
+            continue
+        sim = cosine(vector, d.vector)
+        if sim >= DEDUPE_SIMILARITY and (best is None or sim > best[1]):
+            best = (d, sim)
+    return best
+
+
+def find_loop_partner(type_: str, vector: np.ndarray, directives: list[Directive], now: float,
+                      exclude: set[str] = frozenset()) -> tuple[Directive, float] | None:
+    """For a correction or error: the most similar correction/error of the last 7 days at >= 0.85."""
+    if type_ not in LOOP_TYPES:
+        return None
+    best = None
+    for d in directives:
+        if d.type not in LOOP_TYPES or d.id in exclude or now - d.created_at > LOOP_WINDOW_S:
+            continue
+        sim = cosine(vector, d.vector)
+        if sim >= LOOP_SIMILARITY and (best is None or sim > best[1]):
+            best = (d, sim)
+    return best
+
+
+def record_loop(cs: ChangeSet, first_id: str, second_id: str, type_: str, similarity: float,
+                time_gap: float, *, at: float | None = None) -> str:
+    """Insert a repair loop; journaled with the change set's message range (a rollback removes it)."""
+    loop_id = f"loop_{uuid.uuid4().hex[:16]}"
+    at = time.time() if at is None else at
+    cs.conn.execute("INSERT INTO repair_loops (id, chat_id, type, first_id, second_id, similarity, time_gap, status,"
+                    " created_at) VALUES (?,?,?,?,?,?,?, 'open', ?)",
+                    (loop_id, cs.chat_id, type_, first_id, second_id, round(similarity, 6), round(time_gap, 3), at))
+    if cs.msg_range is not None:
+        journal.record(cs.conn, cs.chat_id, cs.batch, cs.msg_range[0], cs.msg_range[1], "repair_loops", loop_id,
+                       None, cs.reason)
+    record_event(cs.conn, cs.chat_id, "repair_loop", loop_id=loop_id, first_id=first_id, second_id=second_id,
+                 type=type_, similarity=round(similarity, 4), time_gap_s=round(time_gap, 1))
+    return loop_id
+
+
+def loop_exists(conn: sqlite3.Connection, chat_id: str, a: str, b: str) -> bool:
+    return conn.execute("SELECT 1 FROM repair_loops WHERE chat_id = ? AND ((first_id = ? AND second_id = ?) OR"
+                        " (first_id = ? AND second_id = ?))", (chat_id, a, b, b, a)).fetchone() is not None
+
+
+def scan_loops(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *, now: float) -> list[tuple[str, str, float, float]]:
+    """The seed's detect_repair_loop over stored memories: pairs of corrections/errors of the last 7 days
+    at >= 0.85 not yet recorded, as (earlier id, later id, similarity, time gap)."""
+    items = [d for d in load_directives(conn, chat_id, embedder_id, since=now - LOOP_WINDOW_S)
+             if d.type in LOOP_TYPES]
+    found = []
+    for i, later in enumerate(items):
+        for earlier in items[:i]:
+            sim = cosine(later.vector, earlier.vector)
+            if sim >= LOOP_SIMILARITY and not loop_exists(conn, chat_id, earlier.id, later.id):
+                found.append((earlier.id, later.id, sim, later.created_at - earlier.created_at))
+    return found
+
+
+def list_loops(conn: sqlite3.Connection, chat_id: str | None, status: str | None = "open") -> list[dict]:
+    """Repair loops whose memories still exist, newest first, with the memories' labels."""
+    rows = conn.execute(
+        "SELECT l.*, a.fields AS first_fields, b.fields AS second_fields FROM repair_loops l"
+        " JOIN nodes a ON a.id = l.first_id JOIN nodes b ON b.id = l.second_id"
+        " WHERE (? IS NULL OR l.chat_id = ?) AND (? IS NULL OR l.status = ?) ORDER BY l.created_at DESC LIMIT 1000",
+        (chat_id, chat_id, status, status)).fetchall()
+    out = []
+    for r in rows:
+        data = {k: r[k] for k in ("id", "chat_id", "type", "first_id", "second_id", "similarity", "time_gap",
+                                  "status", "created_at", "resolved_at")}
+        data["first"] = orjson.loads(r["first_fields"]).get("content", "")
+        data["second"] = orjson.loads(r["second_fields"]).get("content", "")
+        out.append(data)
+    return out

@@ -1,0 +1,199 @@
+"""HTTP routes of the DNA layer (documented in docs/api.md, "DNA Memory"). Thin handlers over DnaService."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..app import _int_query, json_response, read_json, sidecar_key
+from ..errors import BadRequest
+from ..sidecar import check_chat_id
+from .service import DnaService
+
+
+def _dna(request: web.Request) -> DnaService:
+    return request.app[sidecar_key].dna
+
+
+def _chat(request: web.Request) -> str:
+    return check_chat_id(request.match_info["chat_id"])
+
+
+def _since(request: web.Request) -> float | None:
+    raw = request.query.get("since")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise BadRequest("query parameter 'since' must be a unix time in seconds", field="since") from None
+
+
+async def list_genes(request):
+    return json_response({"genes": await _dna(request).list_genes()})
+
+
+async def create_gene(request):
+    return json_response({"gene": await _dna(request).create_gene(await read_json(request))}, 201)
+
+
+async def get_gene(request):
+    return json_response({"gene": await _dna(request).get_gene(request.match_info["gene_id"])})
+
+
+async def edit_gene(request):
+    return json_response({"gene": await _dna(request).edit_gene(request.match_info["gene_id"],
+                                                                await read_json(request))})
+
+
+async def delete_gene(request):
+    return json_response(await _dna(request).delete_gene(request.match_info["gene_id"]))
+
+
+async def select_gene(request):
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise BadRequest("send {\"signals\": [{type, content}]}", field="signals")
+    return json_response(await _dna(request).select_gene(body.get("signals")))
+
+
+async def list_capsules(request):
+    return json_response({"capsules": await _dna(request).list_capsules()})
+
+
+async def create_capsule(request):
+    return json_response({"capsule": await _dna(request).create_capsule(await read_json(request))}, 201)
+
+
+async def get_capsule(request):
+    return json_response({"capsule": await _dna(request).get_capsule(request.match_info["capsule_id"])})
+
+
+async def edit_capsule(request):
+    return json_response({"capsule": await _dna(request).edit_capsule(request.match_info["capsule_id"],
+                                                                      await read_json(request))})
+
+
+async def delete_capsule(request):
+    return json_response(await _dna(request).delete_capsule(request.match_info["capsule_id"]))
+
+
+def _event_filters(request) -> dict:
+    chat = request.query.get("chat_id")
+    return {"chat_id": check_chat_id(chat) if chat is not None else None,
+            "kind": request.query.get("kind") or None, "since": _since(request)}
+
+
+async def list_events(request):
+    return json_response({"events": await _dna(request).events(
+        **_event_filters(request), limit=_int_query(request, "limit", 100, 1, 10000))})
+
+
+async def export_events(request):
+    body = await _dna(request).export_events(**_event_filters(request))
+    return web.Response(body=body, content_type="application/x-ndjson",
+                        headers={"Content-Disposition": 'attachment; filename="stbme-events.jsonl"'})
+
+
+def _status(request) -> str | None:
+    status = request.query.get("status", "open")
+    if status not in ("open", "resolved", "all"):
+        raise BadRequest("'status' must be open, resolved or all", field="status")
+    return None if status == "all" else status
+
+
+async def list_loops(request):
+    chat = request.query.get("chat_id")
+    return json_response({"repair_loops": await _dna(request).list_loops(
+        check_chat_id(chat) if chat is not None else None, _status(request))})
+
+
+async def chat_loops(request):
+    return json_response({"repair_loops": await _dna(request).list_loops(_chat(request), _status(request))})
+
+
+async def resolve_loop(request):
+    return json_response({"repair_loop": await _dna(request).resolve_loop(_chat(request),
+                                                                         request.match_info["loop_id"])})
+
+
+async def dna_stats(request):
+    dna = _dna(request)
+    return json_response({"stats": await dna.global_stats(), "hub": dna.hub.status()})
+
+
+async def chat_stats(request):
+    return json_response({"stats": await _dna(request).chat_stats(_chat(request))})
+
+
+async def decay(request):
+    return json_response({"decay": await _dna(request).decay(_chat(request))})
+
+
+async def reflect(request):
+    return json_response({"reflect": await _dna(request).reflect(_chat(request))})
+
+
+async def signals(request):
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise BadRequest("send {\"text\": \"a user message\"}", field="text")
+    chat = request.query.get("chat_id")
+    return json_response(_dna(request).preview_signals(body.get("text"), check_chat_id(chat) if chat else None))
+
+
+async def hub_status(request):
+    return json_response({"hub": _dna(request).hub.status()})
+
+
+async def hub_heartbeat(request):
+    return json_response({"hub": await _dna(request).hub.heartbeat_once()})
+
+
+async def hub_publish(request):
+    kind, asset_id = request.match_info["kind"], request.match_info["asset_id"]
+    hub = _dna(request).hub
+    if kind == "genes":
+        return json_response(await hub.publish_gene(asset_id))
+    if kind == "capsules":
+        return json_response(await hub.publish_capsule(asset_id))
+    raise BadRequest("publish genes or capsules", field="kind")
+
+
+async def hub_fetch(request):
+    kind, asset_id = request.match_info["kind"], request.match_info["asset_id"]
+    hub = _dna(request).hub
+    if kind == "genes":
+        return json_response({"gene": await hub.fetch_gene(asset_id)})
+    if kind == "capsules":
+        return json_response({"capsule": await hub.fetch_capsule(asset_id)})
+    raise BadRequest("fetch genes or capsules", field="kind")
+
+
+def setup_dna_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/v1/dna/stats", dna_stats)
+    r.add_post("/v1/dna/signals", signals)
+    r.add_get("/v1/dna/genes", list_genes)
+    r.add_post("/v1/dna/genes", create_gene)
+    r.add_post("/v1/dna/genes/select", select_gene)
+    r.add_get("/v1/dna/genes/{gene_id}", get_gene)
+    r.add_patch("/v1/dna/genes/{gene_id}", edit_gene)
+    r.add_delete("/v1/dna/genes/{gene_id}", delete_gene)
+    r.add_get("/v1/dna/capsules", list_capsules)
+    r.add_post("/v1/dna/capsules", create_capsule)
+    r.add_get("/v1/dna/capsules/{capsule_id}", get_capsule)
+    r.add_patch("/v1/dna/capsules/{capsule_id}", edit_capsule)
+    r.add_delete("/v1/dna/capsules/{capsule_id}", delete_capsule)
+    r.add_get("/v1/dna/events", list_events)
+    r.add_get("/v1/dna/events.jsonl", export_events)
+    r.add_get("/v1/dna/repair-loops", list_loops)
+    r.add_get("/v1/dna/hub", hub_status)
+    r.add_post("/v1/dna/hub/heartbeat", hub_heartbeat)
+    r.add_post("/v1/dna/hub/publish/{kind}/{asset_id}", hub_publish)
+    r.add_post("/v1/dna/hub/fetch/{kind}/{asset_id}", hub_fetch)
+    chat = "/v1/chats/{chat_id}/dna"
+    r.add_get(chat, chat_stats)
+    r.add_post(chat + "/decay", decay)
+    r.add_post(chat + "/reflect", reflect)
+    r.add_get(chat + "/repair-loops", chat_loops)
+    r.add_post(chat + "/repair-loops/{loop_id}/resolve", resolve_loop)

@@ -1,0 +1,90 @@
+"""The LLM client contract and the JSON helper every stage uses."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Protocol
+
+from ..errors import StbmeError
+from .jsonrepair import JSONRepairError, parse_json
+from .usage import UsageMeter, count_messages
+from ..tokens import count_tokens
+
+log = logging.getLogger("stbme.llm")
+
+STRICT_JSON_REMINDER = (
+    "Your previous answer was not valid JSON ({why}). Answer again with ONLY the JSON object, "
+    "no markdown fences, no comments, no text before or after it."
+)
+
+
+@dataclasses.dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    def __iadd__(self, other: "Usage") -> "Usage":
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.calls += other.calls
+        return self
+
+
+@dataclasses.dataclass
+class LLMResult:
+    text: str
+    usage: Usage
+
+
+class LLMError(StbmeError):
+    """An LLM call failed after its retries (network, HTTP status, timeout, no extension for the relay,
+    or an answer that stayed unreadable)."""
+
+    status = 503
+
+
+class LLMClient(Protocol):
+    id: str
+    usage: UsageMeter
+
+    async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
+                       max_tokens: int | None = None) -> LLMResult: ...
+
+    async def close(self) -> None: ...
+
+
+def measure(meter: UsageMeter, task: str, messages: list[dict], text: str, *, failed: bool = False) -> Usage:
+    """Count one call's tokens with tiktoken and add them to the meter."""
+    usage = Usage(count_messages(messages), count_tokens(text), 1)
+    meter.add(task, usage.prompt_tokens, usage.completion_tokens, failed=failed)
+    return usage
+
+
+async def complete_json(client: LLMClient, messages: list[dict], *, task: str, retries: int = 1,
+                        max_tokens: int | None = None, expect: type | tuple = (dict, list)) -> tuple[Any, Usage]:
+    """Ask for JSON; repair what comes back; on an unreadable answer ask again (up to `retries` times)
+    with the bad answer and a strict-JSON reminder. Raises LLMError when it stays unreadable."""
+    total = Usage()
+    convo = list(messages)
+    why = ""
+    for attempt in range(retries + 1):
+        result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens)
+        total += result.usage
+        try:
+            value = parse_json(result.text)
+            if not isinstance(value, expect):
+                raise JSONRepairError(f"expected a JSON {'object' if expect is dict else 'value'}, "
+                                      f"got {type(value).__name__}")
+            return value, total
+        except JSONRepairError as exc:
+            why = str(exc)
+            log.info("LLM %s answer unreadable (attempt %d): %s", task, attempt + 1, why)
+            client.usage.add(task + ":bad_json", 0, 0, failed=True)
+            convo = list(messages) + [
+                {"role": "assistant", "content": result.text[:4000]},
+                {"role": "user", "content": STRICT_JSON_REMINDER.format(why=why[:200])},
+            ]
+    raise LLMError(f"the LLM's answer for {task} was not JSON after {retries + 1} attempts ({why}); "
+                   "use a model that follows instructions, or raise llm.json_retries")

@@ -1,0 +1,117 @@
+"""llm.mode = relay: no second API key. The sidecar sends each request over the live WebSocket to the
+connected ST extension, which runs it on the user's current SillyTavern connection and answers.
+
+Protocol (docs/api.md, live channel):
+  server -> client  {"type": "relay_request", "id", "task", "messages": [{role, content}], "max_tokens"}
+  client -> server  {"type": "relay_response", "id", "text"}  or  {"type": "relay_response", "id", "error"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Callable
+
+from .base import LLMError, LLMResult, measure
+from .usage import UsageMeter
+
+log = logging.getLogger("stbme.llm")
+Send = Callable[[dict], None]
+
+
+class RelayChannel:
+    """The request/response registry the WebSocket handler feeds. The newest connected extension
+    serves requests; when it goes away, its open requests fail at once (and are retried by the job)."""
+
+    def __init__(self):
+        self._peers: dict[int, Send] = {}
+        self._order = itertools.count(1)
+        self._ids = itertools.count(1)
+        self._pending: dict[str, tuple[int, asyncio.Future]] = {}
+        self.on_connect: list[Callable[[], None]] = []
+
+    @property
+    def connected(self) -> int:
+        return len(self._peers)
+
+    def attach(self, send: Send) -> int:
+        peer = next(self._order)
+        self._peers[peer] = send
+        for callback in list(self.on_connect):
+            try:
+                callback()
+            except Exception:  # a listener must not break the socket
+                log.exception("relay connect listener failed")
+        return peer
+
+    def detach(self, peer: int) -> None:
+        self._peers.pop(peer, None)
+        for req_id, (owner, fut) in list(self._pending.items()):
+            if owner == peer and not fut.done():
+                fut.set_exception(LLMError("the SillyTavern extension disconnected before answering the relayed "
+                                           "LLM request; it will be retried"))
+
+    def resolve(self, message: dict) -> bool:
+        """Feed a `relay_response` from a client. Unknown or late ids are ignored (False)."""
+        req_id = str(message.get("id", ""))
+        entry = self._pending.get(req_id)
+        if entry is None or entry[1].done():
+            return False
+        fut = entry[1]
+        if isinstance(message.get("error"), str) and message["error"]:
+            fut.set_exception(LLMError(f"SillyTavern could not run the relayed LLM request: {message['error'][:300]}"))
+        elif isinstance(message.get("text"), str):
+            fut.set_result(message["text"])
+        else:
+            fut.set_exception(LLMError("the extension's relay_response had neither 'text' nor 'error'"))
+        return True
+
+    async def request(self, messages: list[dict], *, task: str, max_tokens: int, timeout_s: float) -> str:
+        if not self._peers:
+            raise LLMError("llm.mode is relay but no SillyTavern extension is connected to the sidecar; open "
+                           "SillyTavern with the ST-BME extension enabled (the job is parked and resumes when it "
+                           "connects), or set llm.mode to openai")
+        peer = max(self._peers)
+        req_id = f"r{next(self._ids)}"
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = (peer, fut)
+        try:
+            self._peers[peer]({"type": "relay_request", "id": req_id, "task": task, "messages": messages,
+                               "max_tokens": max_tokens})
+            async with asyncio.timeout(timeout_s):
+                return await fut
+        except TimeoutError:
+            raise LLMError(f"the SillyTavern extension did not answer the relayed {task} request within "
+                           f"{timeout_s:g} s (llm.relay_timeout_s); is a generation blocking it?") from None
+        except asyncio.QueueFull:
+            raise LLMError("the live channel to the extension is full; the relayed request will be retried") from None
+        finally:
+            self._pending.pop(req_id, None)
+
+
+class RelayLLM:
+    """An LLMClient that runs every request through the extension's ST connection."""
+
+    def __init__(self, channel: RelayChannel, *, max_tokens: int = 1200, timeout_s: float = 180.0,
+                 concurrency: int = 1, usage: UsageMeter | None = None):
+        self.channel = channel
+        self.max_tokens = max_tokens
+        self.timeout_s = timeout_s
+        self.id = "relay:sillytavern"
+        self.usage = usage or UsageMeter()
+        self._gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
+                       max_tokens: int | None = None) -> LLMResult:
+        async with self._gate:
+            try:
+                text = await self.channel.request(messages, task=task, max_tokens=max_tokens or self.max_tokens,
+                                                  timeout_s=self.timeout_s)
+            except LLMError:
+                measure(self.usage, task, messages, "", failed=True)
+                raise
+        return LLMResult(text, measure(self.usage, task, messages, text))
+
+    async def close(self) -> None:
+        return None

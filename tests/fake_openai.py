@@ -1,0 +1,240 @@
+"""A scripted OpenAI-compatible server for tests and the benchmark (real HTTP on loopback).
+
+`/v1/chat/completions` routes by the task marker every sidecar prompt starts with (`[stbme:extract]`)
+and answers deterministically from the prompt's content, so a fresh ingest and a replay after a
+rollback get identical answers. Switches make it misbehave: garbage JSON, HTTP errors (500, 429),
+a hang, and rejecting JSON mode. `/v1/embeddings` returns deterministic vectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+NAMES = ("Elena", "Marcus", "Rhea", "Tomas", "Oswin")
+PLACES = ("Greywater", "Ashford", "lighthouse", "vault")
+_LINE = re.compile(r"^#(\d+) \[(\w+)(?: ([^\]]*))?\]: (.*)$")
+_MEM = re.compile(r"^\[(M\d+)\] (\w+): (.*)$")
+
+
+def _section(text: str, title: str) -> list[str]:
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            inside = line.startswith("## " + title)
+            continue
+        if inside and line.strip():
+            lines.append(line)
+    return lines
+
+
+def answer_extract(user: str) -> dict:
+    new = [m for m in (_LINE.match(line) for line in _section(user, "NEW messages")) if m]
+    existing = {}
+    for line in _section(user, "Existing memories"):
+        m = _MEM.match(line)
+        if m:
+            name = re.match(r"name: ([^|(]+)", m.group(3))
+            if name:
+                existing[(m.group(2), name.group(1).strip().lower())] = m.group(1)
+    ops, seen = [], set()
+    text = " ".join(m.group(4) for m in new)
+    refs = []
+    for name in NAMES:
+        if name not in text or name in seen:
+            continue
+        seen.add(name)
+        sentence = next((s for s in re.split(r"(?<=[.!?])\s+", text) if name in s), text)[:90]
+        key = existing.get(("character", name.lower())) or existing.get(("entity", name.lower()))
+        if key:
+            ops.append({"op": "update", "id": key, "fields": {"state": sentence}})
+        else:
+            ref = f"N{len(ops) + 1}"
+            refs.append(ref)
+            ops.append({"op": "create", "ref": ref, "type": "character", "fields": {"name": name, "state": sentence},
+                        "importance": 6})
+    for place in PLACES:
+        if place in text and ("location", place.lower()) not in existing:
+            ops.append({"op": "create", "ref": f"N{len(ops) + 1}", "type": "location", "fields": {"name": place},
+                        "importance": 5})
+    assistant = [m for m in new if m.group(2) == "assistant"]
+    if assistant:
+        said = assistant[-1].group(4)
+        event = {"op": "create", "ref": f"N{len(ops) + 1}", "type": "event",
+                 "fields": {"title": " ".join(said.split()[:3]), "summary": said[:120]},
+                 "importance": 8 if "!" in said else 5,
+                 "links": [{"target": r, "relation": "involved_in"} for r in refs]}
+        if "fake" in said:  # a contradiction of an older event about the map
+            old = next((k for (t, _), k in existing.items() if t == "event"), None)
+            for line in _section(user, "Existing memories"):
+                m = _MEM.match(line)
+                if m and m.group(2) == "event" and "map" in m.group(3):
+                    old = m.group(1)
+                    break
+            if old:
+                event["links"].append({"target": old, "relation": "contradicts"})
+        ops.append(event)
+    if "rule:" in text.lower():
+        ops.append({"op": "create", "type": "rule", "fields": {"title": "House rule",
+                                                                "constraint": text.lower().split("rule:")[1][:80]}})
+    return {"thought": "scripted", "operations": ops}
+
+
+def _blocks(user: str, marker: str) -> list[tuple[str, list[str]]]:
+    blocks, current = [], None
+    for line in user.splitlines():
+        if line.startswith(marker):
+            current = (line, [])
+            blocks.append(current)
+        elif current is not None and line.startswith("[M"):
+            current[1].append(line)
+    return blocks
+
+
+def answer_dedupe(user: str) -> dict:
+    decisions = []
+    for head, neighbours in _blocks(user, "## New memory "):
+        new = re.match(r"## New memory (N\d+)", head).group(1)
+        sims = [float(re.search(r"similarity ([\d.]+)$", n).group(1)) for n in neighbours]
+        first = re.match(r"\[(M\d+)\]", neighbours[0]).group(1) if neighbours else None
+        if sims and sims[0] >= 0.97:
+            decisions.append({"new": new, "action": "skip"})
+        elif first:
+            summary = head.split(": ", 1)[1][:100]
+            decisions.append({"new": new, "action": "merge", "target": first, "fields": {"summary": summary}})
+    return {"decisions": decisions}
+
+
+def answer_evolve(user: str) -> dict:
+    results = []
+    for head, neighbours in _blocks(user, "## New memory "):
+        new = re.search(r"\[(N\d+)\]", head).group(1)
+        names = [n for n in NAMES if n in head]
+        related = [re.match(r"\[(M\d+)\]", n).group(1) for n in neighbours if any(x in n for x in names)]
+        if not related:
+            results.append({"new": new, "should_evolve": False})
+            continue
+        results.append({"new": new, "should_evolve": True, "reason": f"shares {names[0]}",
+                        "suggested_connections": related[:2] + ["M999", "n_not_a_key"],
+                        "neighbor_updates": [{"key": related[0], "new_context": f"Seen again: {head[-60:]}",
+                                              "new_tags": [names[0].lower()]},
+                                             {"key": "M999", "new_context": "invented key"}]})
+    return {"results": results}
+
+
+def answer_text(task: str, user: str) -> dict:
+    lines = [line for line in user.splitlines() if line.strip() and not line.startswith("##")]
+    digest = hashlib.sha1(user.encode()).hexdigest()[:6]
+    return {"summary": f"{task} {digest}: {lines[-1][:100] if lines else ''}"}
+
+
+def answer_reflect(user: str) -> dict:
+    names = [n for n in NAMES if n in user]
+    return {"insight": f"Trust around {names[0] if names else 'the group'} keeps eroding",
+            "trigger": "repeated secrets", "suggestion": "let a confrontation happen", "importance": 7}
+
+
+def answer_compress(user: str) -> dict:
+    groups = []
+    for line in user.splitlines():
+        m = re.match(r"## (G\d+)", line)
+        if m:
+            groups.append({"key": m.group(1), "fields": {"title": f"Compressed {m.group(1)}", "summary": ""}})
+        elif groups and line.startswith("- "):
+            groups[-1]["fields"]["summary"] += line[2:40] + "; "
+    return {"groups": groups}
+
+
+def answer_rerank(user: str) -> dict:
+    query = " ".join(_section(user, "Query")).lower()
+    words = {w for w in re.findall(r"\w+", query) if len(w) > 3}
+    keys = [re.match(r"\[(R\d+)\]", line).group(1) for line in _section(user, "Candidates")
+            if re.match(r"\[(R\d+)\]", line) and words & set(re.findall(r"\w+", line.lower()))]
+    return {"selected": keys[::-1]}
+
+
+def answer(task: str, user: str) -> dict:
+    if task == "extract":
+        return answer_extract(user)
+    if task == "dedupe":
+        return answer_dedupe(user)
+    if task == "evolve":
+        return answer_evolve(user)
+    if task in ("summary", "rollup", "synopsis"):
+        return answer_text(task, user)
+    if task == "reflect":
+        return answer_reflect(user)
+    if task == "compress":
+        return answer_compress(user)
+    if task == "rerank":
+        return answer_rerank(user)
+    return {}
+
+
+class FakeOpenAI:
+    """State and switches of the fake server. Tests flip the switches between calls."""
+
+    def __init__(self):
+        self.calls: list[dict] = []          # {"task", "body"} per completion request that reached the handler
+        self.statuses: list[int] = []        # answer these HTTP statuses first, one per request
+        self.garbage = 0                     # next N answers are not JSON
+        self.hang = False                    # never answer
+        self.reject_json_mode = False        # 400 when response_format is sent
+        self.fenced = False                  # wrap answers in ```json fences with chatter and a trailing comma
+        self.overrides: dict[str, dict] = {}  # task -> fixed answer
+        self.garbage_tasks: set[str] = set()  # these tasks always get garbage
+        self.before_answer = None            # async fn(task) awaited before answering (to race a sync)
+
+    def tasks(self) -> list[str]:
+        return [c["task"] for c in self.calls]
+
+    async def completions(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        system = body["messages"][0]["content"]
+        match = re.match(r"\[stbme:(\w+)\]", system)
+        task = match.group(1) if match else "unknown"
+        self.calls.append({"task": task, "body": body})
+        if self.before_answer is not None:
+            await self.before_answer(task)
+        if self.hang:
+            await asyncio.sleep(3600)
+        if self.statuses:
+            status = self.statuses.pop(0)
+            return web.json_response({"error": {"message": f"scripted {status}"}}, status=status,
+                                     headers={"Retry-After": "0"} if status == 429 else None)
+        if self.reject_json_mode and "response_format" in body:
+            return web.json_response({"error": {"message": "response_format json_object is not supported"}},
+                                     status=400)
+        user = body["messages"][1]["content"] if len(body["messages"]) > 1 else ""
+        if self.garbage > 0 or task in self.garbage_tasks:
+            self.garbage -= task not in self.garbage_tasks
+            content = "Sure! Here are the memories: {operations: [oops"
+        else:
+            content = orjson.dumps(self.overrides.get(task) or answer(task, user)).decode()
+            if self.fenced:
+                content = "Here you go:\n```json\n" + content[:-1] + ",}\n```\nHope it helps."
+        return web.json_response({
+            "id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model", "fake"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha1(text.encode()).digest()[:4], "little")
+            vec = np.random.default_rng(seed).standard_normal(64)
+            data.append({"index": i, "embedding": (vec / np.linalg.norm(vec)).tolist()})
+        return web.json_response({"data": data, "model": body.get("model")})
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        return app

@@ -1,0 +1,31 @@
+"""Fixtures for the LLM tests: the fake OpenAI-compatible server and a sidecar pointed at it."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_openai import FakeOpenAI
+from stbme.sidecar import Sidecar
+
+
+@pytest.fixture
+async def fake(aiohttp_server):
+    script = FakeOpenAI()
+    server = await aiohttp_server(script.app())
+    script.url = str(server.make_url("/v1"))
+    return script
+
+
+def llm_settings(fake, **extra) -> dict:
+    return {"llm.mode": "openai", "llm.url": fake.url, "llm.model": "fake-model", "llm.retries": 1,
+            "llm.timeout_s": 2.0, **extra}
+
+
+@pytest.fixture
+async def llm_sc(tmp_path, embedder, fake):
+    """A sidecar in llm.mode=openai against the fake server, without its worker: tests run batches
+    themselves (process_chat), so nothing races them."""
+    sc = Sidecar.open(tmp_path / "data", embedder=embedder, cli_settings=llm_settings(fake))
+    sc.llm.backoff_s = 0.01
+    yield sc
+    await sc.close()

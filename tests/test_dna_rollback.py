@@ -1,0 +1,129 @@
+"""Directive memories, correction fixes and repair loops are undone exactly when the chat changes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import full_sync, settle
+from test_sync_rollback import ingest, line, snapshot
+
+SIGNALS = [
+    "(OOC: no, her eyes are green, not blue)",
+    "I want slower pacing, don't rush the romance.",
+    "We decided the heist is at midnight.",
+    "You keep forgetting she lost her arm.",
+    "First describe the scene, then the dialogue.",
+    "// from now on, always write in past tense",
+    "她的眼睛不是蓝色的，是绿色的",
+    "Elena is a knight, not a mage.",
+]
+REPLIES = ["Elena's blue eyes shine.", "Marcus, the mage, bows.", "Her blue cloak and blue eyes.",
+           "Elena the mage casts a spell.", "她的蓝色眼睛很美。"]
+
+
+def make_chat(rng: random.Random, turns: int) -> list[dict]:
+    chat = []
+    for _ in range(turns):
+        user = rng.choice(SIGNALS) if rng.random() < 0.6 else line(rng)
+        chat.append({"role": "user", "name": "Alex", "text": user})
+        chat.append({"role": "assistant", "name": "Elena", "text": rng.choice(REPLIES) + " " + line(rng)})
+    return chat
+
+
+async def dna_snapshot(sc, chat_id: str) -> dict:
+    snap = await snapshot(sc, chat_id)
+
+    def read(conn):
+        nodes = {r["id"]: (r["type"], r["fields"], r["seq_from"]) for r in conn.execute(
+            "SELECT id, type, fields, seq_from FROM nodes WHERE chat_id = ?", (chat_id,))}
+        loops = conn.execute("SELECT first_id, second_id, type, status FROM repair_loops WHERE chat_id = ?",
+                             (chat_id,)).fetchall()
+        weights = conn.execute("SELECT type, fields, seq_from, weight, pinned, locked FROM nodes WHERE chat_id = ?"
+                               " AND source = 'dna'", (chat_id,)).fetchall()
+        return ([(nodes[a][:3], nodes[b][:3], t, s) for a, b, t, s in loops],
+                sorted(tuple(r) for r in weights))
+
+    snap["repair_loops"], snap["directives"] = await sc.store.read(read)
+    snap["repair_loops"].sort()
+    return snap
+
+
+async def directive_texts(sc, chat_id):
+    nodes = (await sc.list_nodes(chat_id, limit=500, archived=None))["nodes"]
+    return sorted((n["type"], n["fields"]["content"]) for n in nodes if n["source"] == "dna")
+
+
+async def test_editing_the_message_removes_its_directive(sidecar):
+    chat = [{"role": "user", "name": "Alex", "text": "Hi."},
+            {"role": "assistant", "name": "Elena", "text": "Elena's blue eyes shine."},
+            {"role": "user", "name": "Alex", "text": "(OOC: no, her eyes are green, not blue)"},
+            {"role": "assistant", "name": "Elena", "text": "Sorry."},
+            {"role": "user", "name": "Alex", "text": "We decided the heist is at midnight."},
+            {"role": "assistant", "name": "Elena", "text": "Agreed."}]
+    before = await ingest(sidecar, "c", chat[:2])
+    await ingest(sidecar, "c", chat)
+    assert await directive_texts(sidecar, "c") == [
+        ("correction", "no, her eyes are green, not blue"), ("decision", "We decided the heist is at midnight.")]
+    nodes = (await sidecar.list_nodes("c", limit=100))["nodes"]
+    assert any("green eyes" in str(n["fields"]) for n in nodes)  # the correction fixed message 1's memory
+    # the user edits the correction away: the directive, the fix and the later decision are undone...
+    chat[2] = {"role": "user", "name": "Alex", "text": "I look around."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    # ...and the decision (a later message) is rebuilt
+    assert await directive_texts(sidecar, "c") == [("decision", "We decided the heist is at midnight.")]
+    nodes = (await sidecar.list_nodes("c", limit=100))["nodes"]
+    assert any("blue eyes" in str(n["fields"]) for n in nodes) and not any("green" in str(n["fields"]) for n in nodes)
+    # cutting the chat back restores the graph exactly
+    assert await ingest(sidecar, "c", chat[:2]) == before
+
+
+async def test_rollback_removes_repair_loops(sidecar):
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: no, her eyes are green, not blue)"},
+            {"role": "assistant", "name": "Elena", "text": "Ok."}]
+    await ingest(sidecar, "c", chat)
+    await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET created_at = created_at - 7200"))
+    chat += [{"role": "user", "name": "Alex", "text": "(OOC: no!! her eyes are green, not blue)"},
+             {"role": "assistant", "name": "Elena", "text": "Sorry!"}]
+    await ingest(sidecar, "c", chat)
+    assert len(await sidecar.dna.list_loops("c")) == 1
+    first = next(n for n in (await sidecar.list_nodes("c", limit=50))["nodes"]
+                 if n["source"] == "dna" and n["seq_range"] == [0, 0])
+    assert first["pinned"] and first["locked"]
+    chat[2] = {"role": "user", "name": "Alex", "text": "Thanks."}
+    await ingest(sidecar, "c", chat)
+    assert await sidecar.dna.list_loops("c", None) == []
+    assert await sidecar.store.read(lambda conn: conn.execute("SELECT count(*) FROM repair_loops").fetchone()[0]) == 0
+    first = await sidecar.get_node("c", first["id"])
+    assert not first["pinned"] and not first["locked"] and first["importance"] == 8.0  # escalation undone
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+async def test_random_edits_with_signals_equal_fresh_ingest(sidecar, seed):
+    rng = random.Random(seed)
+    chat = make_chat(rng, 6)
+    await ingest(sidecar, "live", chat)
+    for step in range(10):
+        op = rng.choice(["append", "append", "edit", "delete", "swipe", "truncate"])
+        if op == "append":
+            chat += make_chat(rng, rng.randint(1, 2))
+        elif op == "edit" and chat:
+            i = rng.randrange(len(chat))
+            chat[i] = {**chat[i], "text": rng.choice(SIGNALS + [line(rng)])}
+        elif op == "delete" and len(chat) > 2:
+            del chat[rng.randrange(len(chat))]
+        elif op == "swipe" and chat and chat[-1]["role"] == "assistant":
+            chat[-1] = {**chat[-1], "text": rng.choice(REPLIES) + " (swiped)"}
+        elif op == "truncate" and len(chat) > 4:
+            del chat[-rng.randint(1, 3):]
+        await full_sync(sidecar, "live", chat)
+        await settle(sidecar, "live")
+        if step % 4 == 3 or step == 9:
+            live = await dna_snapshot(sidecar, "live")
+            await full_sync(sidecar, f"fresh-{step}", chat)
+            await settle(sidecar, f"fresh-{step}")
+            fresh = await dna_snapshot(sidecar, f"fresh-{step}")
+            assert live["directives"], "the chat should have directive memories"
+            assert live == fresh, f"diverged after step {step} ({op})"

@@ -1,0 +1,148 @@
+"""The LLM clients over real HTTP against the scripted server, and JSON repair as plain unit tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_fixtures import fake  # noqa: F401
+from stbme.llm.base import LLMError, complete_json
+from stbme.llm.jsonrepair import JSONRepairError, parse_json
+from stbme.llm.openai import OpenAIChat
+from stbme.llm.usage import UsageMeter
+
+MESSAGES = [{"role": "system", "content": "[stbme:summary]\nSummarise."}, {"role": "user", "content": "#1 hi"}]
+
+
+# -- JSON repair ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ('{"a": 1}', {"a": 1}),
+    ('```json\n{"a": [1, 2,],}\n```', {"a": [1, 2]}),
+    ('Sure! Here it is: {"a": "x"} Hope that helps.', {"a": "x"}),
+    ('<think>{"wrong": true}</think>{"right": true}', {"right": True}),
+    ('{"a": True, "b": None, // note\n "c": "x, }"}', {"a": True, "b": None, "c": "x, }"}),
+    ('{"summary": "line one\nline two"}', {"summary": "line one\nline two"}),
+    ('[{"op": "create"}, {"op": "delete"},]', [{"op": "create"}, {"op": "delete"}]),
+    ('{"operations": [{"op": "create", "fields": {"name": "Elena"', {"operations": [{"op": "create", "fields": {"name": "Elena"}}]}),
+    ('\u201csummary\u201d: 1', None),
+])
+def test_parse_json_repairs(text, expected):
+    if expected is None:
+        with pytest.raises(JSONRepairError):
+            parse_json(text)
+    else:
+        assert parse_json(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "no json here", "{broken: [", "42"])
+def test_parse_json_refuses_garbage(text):
+    with pytest.raises(JSONRepairError):
+        parse_json(text)
+
+
+# -- the OpenAI-compatible client -------------------------------------------------------------------
+def client(fake, **kw) -> OpenAIChat:
+    return OpenAIChat(fake.url, "fake-model", "sk-test", timeout_s=kw.pop("timeout_s", 2.0), backoff_s=0.01, **kw)
+
+
+async def test_json_mode_is_requested_and_usage_counted(fake):
+    llm = client(fake)
+    value, usage = await complete_json(llm, MESSAGES, task="summary")
+    await llm.close()
+    body = fake.calls[0]["body"]
+    assert body["response_format"] == {"type": "json_object"} and body["model"] == "fake-model"
+    assert value["summary"].startswith("summary ")
+    assert usage.calls == 1 and usage.prompt_tokens > 5 and usage.completion_tokens > 3
+    snap = llm.usage.snapshot()
+    assert snap["tasks"]["summary"]["calls"] == 1 and snap["total"]["prompt_tokens"] == usage.prompt_tokens
+
+
+async def test_json_mode_rejection_falls_back(fake):
+    fake.reject_json_mode = True
+    llm = client(fake, retries=0)
+    value, _ = await complete_json(llm, MESSAGES, task="summary")
+    value2, _ = await complete_json(llm, MESSAGES, task="summary")
+    await llm.close()
+    assert value["summary"] and value2 == value
+    assert ["response_format" in c["body"] for c in fake.calls] == [True, False, False]  # remembered
+
+
+async def test_fenced_answers_with_trailing_commas_are_repaired(fake):
+    fake.fenced = True
+    llm = client(fake)
+    value, _ = await complete_json(llm, MESSAGES, task="summary")
+    await llm.close()
+    assert value["summary"] and len(fake.calls) == 1
+
+
+async def test_500_is_retried_then_succeeds(fake):
+    fake.statuses = [500, 502]
+    llm = client(fake, retries=2)
+    value, _ = await complete_json(llm, MESSAGES, task="summary")
+    await llm.close()
+    assert value["summary"] and len(fake.calls) == 3
+
+
+async def test_429_backs_off_and_gives_up_with_a_clear_error(fake):
+    fake.statuses = [429] * 5
+    llm = client(fake, retries=2)
+    with pytest.raises(LLMError, match=r"failed after 3 attempts: HTTP 429"):
+        await llm.complete(MESSAGES, task="summary")
+    await llm.close()
+    assert len(fake.calls) == 3 and llm.usage.snapshot()["tasks"]["summary"]["failures"] == 1
+
+
+async def test_hang_times_out(fake):
+    fake.hang = True
+    llm = client(fake, retries=1, timeout_s=0.3)
+    with pytest.raises(LLMError, match=r"no answer within 0.3 s \(llm.timeout_s\)"):
+        await llm.complete(MESSAGES, task="summary")
+    await llm.close()
+    assert len(fake.calls) == 2
+
+
+async def test_auth_error_is_not_retried_and_says_what_to_check(fake):
+    fake.statuses = [401]
+    llm = client(fake, retries=3)
+    with pytest.raises(LLMError, match="HTTP 401.*check llm.key"):
+        await llm.complete(MESSAGES, task="summary")
+    await llm.close()
+    assert len(fake.calls) == 1
+
+
+async def test_garbage_is_retried_with_the_bad_answer_then_fails(fake):
+    fake.garbage = 5
+    llm = client(fake)
+    with pytest.raises(LLMError, match="was not JSON after 2 attempts"):
+        await complete_json(llm, MESSAGES, task="summary", retries=1)
+    await llm.close()
+    retry = fake.calls[1]["body"]["messages"]
+    assert retry[:2] == MESSAGES and retry[2]["role"] == "assistant" and "{operations" in retry[2]["content"]
+    assert "ONLY the JSON object" in retry[3]["content"]
+
+
+async def test_unreachable_server(fake):
+    llm = OpenAIChat("http://127.0.0.1:9/v1", "m", retries=0, timeout_s=1, usage=UsageMeter())
+    with pytest.raises(LLMError, match="failed after 1 attempts: Client"):
+        await llm.complete(MESSAGES, task="summary")
+    await llm.close()
+
+
+def test_empty_url_names_the_setting():
+    with pytest.raises(LLMError, match="llm.url is empty") as info:
+        OpenAIChat("", "m")
+    assert info.value.field == "llm.url"
+
+
+async def test_settings_refuse_an_unusable_llm(client):
+    resp = await client.put("/v1/settings", json={"settings": {"llm.mode": "openai"}})
+    body = await resp.json()
+    assert resp.status == 400 and body["field"] == "llm.url" and "llm.url is empty" in body["error"]
+    resp = await client.get("/v1/settings")
+    assert (await resp.json())["settings"]["llm.mode"] == "none"  # nothing saved
+
+
+async def test_health_shows_llm_usage(client, fake):
+    resp = await client.put("/v1/settings", json={"settings": {"llm.mode": "openai", "llm.url": fake.url}})
+    assert resp.status == 200
+    health = await (await client.get("/health")).json()
+    assert health["llm"]["mode"] == "openai" and health["llm"]["usage"]["total"]["calls"] == 0

@@ -1,0 +1,341 @@
+"""The LLM stages against the scripted OpenAI-compatible server over real HTTP: extraction, dedupe,
+A-MEM evolution, maintenance, failure handling, and the property that matters most: after edits,
+deletes and swipes the memories equal a fresh ingest (with the same scripted answers)."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+
+from conftest import full_sync
+from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
+from stbme.llm.base import LLMError
+from stbme.pipeline.extract import parse_operations, smart_score, strip_tags
+from stbme.pipeline.sync import Message
+from stbme.sidecar import Sidecar
+from test_sync_rollback import line, make_chat
+
+
+async def ingest(sc, chat_id: str, chat: list[dict]) -> dict:
+    await full_sync(sc, chat_id, chat)
+    await sc.process_chat(chat_id)
+    return await snapshot(sc, chat_id)
+
+
+async def snapshot(sc, chat_id: str) -> dict:
+    """Memories without ids and times (content, flags, edges by content), plus index consistency."""
+    def read(conn):
+        nodes = conn.execute("SELECT id, type, fields, seq_from, seq_to, archived, importance, pinned, locked, level,"
+                             " tags, source, embedding IS NOT NULL AS embedded FROM nodes WHERE chat_id = ?",
+                             (chat_id,)).fetchall()
+        edges = conn.execute("SELECT from_id, to_id, relation, strength, inhibitory, invalid_at IS NULL AS valid"
+                             " FROM edges WHERE chat_id = ?", (chat_id,)).fetchall()
+        upto = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+        return nodes, edges, upto
+
+    nodes, edges, upto = await sc.store.read(read)
+    key = {n["id"]: (n["type"], n["fields"], n["seq_from"], n["seq_to"], n["level"]) for n in nodes}
+    index = await sc.indexes.get(chat_id)
+    assert set(index.rev_of) == {n["id"] for n in nodes if not n["archived"] and n["embedded"]}
+    return {
+        "nodes": sorted((*key[n["id"]], n["archived"], n["importance"], n["pinned"], n["locked"], n["tags"],
+                         n["source"]) for n in nodes),
+        "edges": sorted((key[e["from_id"]], e["relation"], key[e["to_id"]], e["strength"], e["inhibitory"], e["valid"])
+                        for e in edges),
+        "processed_upto": upto,
+    }
+
+
+def llm_nodes(snap: dict, type_: str | None = None) -> list:
+    return [n for n in snap["nodes"] if n[-1] == "llm" and (type_ is None or n[0] == type_)]
+
+
+MAINTAIN_OFTEN = {"maintain.summary_every": 2, "maintain.synopsis_every": 3, "maintain.reflect_every": 4,
+                  "maintain.compress_every": 4, "maintain.summary_fan_in": 2}
+
+
+# -- pure parts -------------------------------------------------------------------------------------
+def test_parse_operations_is_tolerant():
+    ops = parse_operations({"memories": [
+        {"action": "add", "type": "character", "name": "Elena", "state": "wounded", "clusters": ["x"]},
+        {"type": "event", "node_id": "[m2]", "fields": {"summary": "s"}},
+        {"operation": "remove", "id": "M3"},
+        {"op": "create", "type": "event", "fields": {"summary": "e"},
+         "relations": [{"targetRef": "n1", "relation": "weird"}, {"target": "M1", "action": "unlink"}]},
+        "junk"]})
+    assert [o["op"] for o in ops] == ["create", "update", "delete", "create"]
+    assert ops[0]["fields"] == {"name": "Elena", "state": "wounded"} and ops[0]["tags"] == ["x"]
+    assert ops[1]["target"] == "M2" and ops[2]["target"] == "M3"
+    assert ops[3]["links"] == [{"target": "N1", "relation": "related", "strength": 0.8, "remove": False},
+                               {"target": "M1", "relation": "related", "strength": 0.8, "remove": True}]
+    assert parse_operations({"op": "delete", "id": "M1"})[0]["op"] == "delete"  # a lone operation
+    assert parse_operations([]) == []
+
+
+def test_reasoning_blocks_are_removed():
+    text = "<think>secret plan</think>Hello <analysis a='1'>x</analysis>there <reasoning>unfinished"
+    assert strip_tags(text, "think,analysis,reasoning") == "Hello there"
+
+
+def test_smart_trigger_scores_plot_turns():
+    calm = [Message(0, "assistant", "E", "we walk on")]
+    turn = [Message(0, "user", "A", "Suddenly the secret is out!"), Message(1, "assistant", "E", "What?! Marcus?")]
+    assert smart_score(calm, "") < 2 <= smart_score(turn, "")
+    assert smart_score(calm, "walk") >= 2  # a user pattern adds 2
+
+
+# -- extraction -------------------------------------------------------------------------------------
+async def test_extraction_builds_structured_memories(llm_sc, fake):
+    chat = [{"role": "user", "name": "Alex", "text": "Where is Elena? <think>the user plots</think>"},
+            {"role": "assistant", "name": "Narrator", "text": "Elena waits in Ashford with the map."},
+            {"role": "user", "name": "Alex", "text": "I go to her."},
+            {"role": "assistant", "name": "Narrator", "text": "Elena is wounded now; she still guards the map!"}]
+    snap = await ingest(llm_sc, "c", chat)
+    assert fake.tasks().count("extract") == 2  # one batch per assistant message
+    first_prompt = fake.calls[0]["body"]["messages"][1]["content"]
+    assert "the user plots" not in first_prompt and "[stbme:extract]" in fake.calls[0]["body"]["messages"][0]["content"]
+    characters = [n for n in snap["nodes"] if n[0] == "character" and orjson.loads(n[1])["name"] == "Elena"]
+    assert len(characters) == 1  # created once, then updated through its key
+    assert orjson.loads(characters[0][1])["state"].startswith("Elena is wounded")
+    second_prompt = next(c for c in fake.calls[1:] if c["task"] == "extract")["body"]["messages"][1]["content"]
+    assert "[M1] character: name: Elena" in second_prompt  # shown under a key, never a real id
+    assert "n_" not in second_prompt.split("## Existing memories")[1]
+    # the state change is an event with an `updates` edge, and a temporal chain
+    updates = [e for e in snap["edges"] if e[1] == "updates"]
+    assert len(updates) == 1 and orjson.loads(updates[0][0][1])["summary"].startswith("character state update")
+    assert {n[0] for n in llm_nodes(snap)} >= {"location", "event"}
+    assert characters[0][-1] == "heuristic"  # the heuristic's recurring-name anchor, upgraded to a character
+    assert llm_nodes(snap, "location")[0][1] == '{"name":"Ashford"}'
+    # heuristic per-message events stay as the raw layer
+    assert len([n for n in snap["nodes"] if n[0] == "event" and n[-1] == "heuristic"]) == 4
+    usage = (await llm_sc.health())["llm"]["usage"]
+    assert usage["tasks"]["extract"]["calls"] == 2 and usage["total"]["prompt_tokens"] > 100
+
+
+async def test_invented_keys_are_ignored(llm_sc, fake):
+    fake.overrides["extract"] = {"operations": [
+        {"op": "update", "id": "M7", "fields": {"state": "ghost"}},
+        {"op": "update", "id": "n_0123456789abcdef0123", "fields": {"state": "ghost"}},
+        {"op": "delete", "id": "M1"},
+        {"op": "create", "type": "event", "ref": "N1", "fields": {"summary": "A real event"},
+         "links": [{"target": "M42", "relation": "related"}, {"target": "N9", "relation": "related"}]},
+        {"op": "create", "type": "spaceship", "fields": {"name": "x"}}]}
+    snap = await ingest(llm_sc, "c", [{"role": "user", "name": "A", "text": "hi"},
+                                      {"role": "assistant", "name": "B", "text": "hello"}])
+    assert [orjson.loads(n[1])["summary"] for n in llm_nodes(snap)] == ["A real event"]
+    assert not any("ghost" in n[1] for n in snap["nodes"]) and not any(n[5] for n in snap["nodes"])
+    assert not [e for e in snap["edges"] if e[1] == "related" and "A real event" in e[0][1]]
+
+
+async def test_contradiction_invalidates_the_old_fact(llm_sc, fake):
+    chat = [{"role": "user", "name": "A", "text": "What did we find?"},
+            {"role": "assistant", "name": "N", "text": "Elena found the map in the vault."},
+            {"role": "user", "name": "A", "text": "Look closer."},
+            {"role": "assistant", "name": "N", "text": "The map is fake, Elena realises."}]
+    snap = await ingest(llm_sc, "c", chat)
+    contra = [e for e in snap["edges"] if e[1] == "contradicts"]
+    assert len(contra) == 1 and contra[0][4] == 1  # inhibitory
+    old = [n for n in llm_nodes(snap, "event") if "found the map" in n[1]]
+    assert old and old[0][5] == 1  # archived: no longer current, restorable
+
+
+async def test_locked_memories_are_never_rewritten(llm_sc, fake):
+    chat = [{"role": "user", "name": "A", "text": "Hi"},
+            {"role": "assistant", "name": "N", "text": "Elena waits by the lighthouse."}]
+    await ingest(llm_sc, "c", chat)
+    elena = (await llm_sc.list_nodes("c", type_="character", q="Elena"))["nodes"][0]
+    await llm_sc.node_action("c", elena["id"], "lock")
+    chat += [{"role": "user", "name": "A", "text": "And then?"},
+             {"role": "assistant", "name": "N", "text": "Elena is captured near the lighthouse."}]
+    await ingest(llm_sc, "c", chat)
+    after = await llm_sc.get_node("c", elena["id"])
+    assert after["fields"] == elena["fields"] and after["evolution"] == [] and after["tags"] == elena["tags"]
+    assert "evolve" in fake.tasks()
+
+
+# -- dedupe -----------------------------------------------------------------------------------------
+async def test_dedupe_skips_and_merges(llm_sc, fake):
+    fake.overrides["extract"] = {"operations": [
+        {"op": "create", "type": "rule", "fields": {"title": "No magic", "constraint": "magic is forbidden in town"}}]}
+    chat = [{"role": "user", "name": "A", "text": "rules?"}, {"role": "assistant", "name": "N", "text": "none"}]
+    snap = await ingest(llm_sc, "c", chat)
+    assert len(llm_nodes(snap, "rule")) == 1 and "dedupe" not in fake.tasks()
+    chat += [{"role": "user", "name": "A", "text": "again?"}, {"role": "assistant", "name": "N", "text": "same"}]
+    snap = await ingest(llm_sc, "c", chat)  # the identical rule again: similarity 1.0 -> skip
+    assert fake.tasks().count("dedupe") == 1
+    assert len(llm_nodes(snap, "rule")) == 1
+    fake.overrides["extract"] = {"operations": [
+        {"op": "create", "type": "rule", "fields": {"title": "No magic", "constraint": "magic is forbidden in town "
+                                                                                        "after dark"}}]}
+    fake.overrides["dedupe"] = {"decisions": [{"new": "N1", "action": "merge", "target": "M1", "fields": {
+        "title": "No magic", "constraint": "magic is forbidden in town after dark"}}]}
+    chat += [{"role": "user", "name": "A", "text": "more?"}, {"role": "assistant", "name": "N", "text": "night"}]
+    snap = await ingest(llm_sc, "c", chat)
+    rules = llm_nodes(snap, "rule")
+    assert len(rules) == 1 and "after dark" in rules[0][1] and rules[0][3] == 5  # merged, range widened
+
+
+# -- evolution --------------------------------------------------------------------------------------
+async def test_evolution_links_and_updates_only_shown_neighbours(llm_sc, fake):
+    chat = make_chat(random.Random(3), 5)
+    snap = await ingest(llm_sc, "c", chat)
+    evolve_calls = [c for c in fake.calls if c["task"] == "evolve"]
+    assert evolve_calls  # one call per batch with new memories, never one per memory
+    assert len(evolve_calls) <= fake.tasks().count("extract")
+    evolved = [n for n in snap["nodes"] if '"context":"Seen again' in n[1]]
+    assert evolved and all(n[9] for n in evolved)  # tags set
+    nodes = (await llm_sc.list_nodes("c", limit=500))["nodes"]
+    history = [n for n in nodes if n["evolution"]]
+    assert history and all(h["evolution"][-1]["triggered_by"].startswith("n_") for h in history)
+    events = await llm_sc.store.read(lambda conn: conn.execute(
+        "SELECT count(*) FROM events WHERE chat_id = 'c' AND kind = 'evolve'").fetchone()[0])
+    assert events >= len(history)
+    assert not any("invented key" in n[1] for n in snap["nodes"])  # M999 was never shown
+
+
+async def test_evolution_failure_degrades(llm_sc, fake):
+    fake.garbage_tasks.add("evolve")
+    snap = await ingest(llm_sc, "c", make_chat(random.Random(4), 3))
+    assert snap["processed_upto"] == 5 and llm_nodes(snap, "character")
+    assert not any('"context"' in n[1] for n in snap["nodes"])
+
+
+# -- maintenance ------------------------------------------------------------------------------------
+async def test_maintenance_summaries_rollups_synopsis_reflection_compression(tmp_path, embedder, fake):
+    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    try:
+        snap = await ingest(sc, "c", make_chat(random.Random(5), 16))
+    finally:
+        await sc.close()
+    tasks = fake.tasks()
+    assert tasks.count("summary") == 8 and tasks.count("synopsis") == 5 and tasks.count("reflect") == 4
+    summaries = llm_nodes(snap, "summary")
+    assert {n[4] for n in summaries} >= {0, 1, 2}  # levels
+    active = [n for n in summaries if not n[5]]
+    assert all(sum(1 for n in active if n[4] == lvl) <= 2 for lvl in range(4))  # each level folded at fan-in
+    assert len([n for n in llm_nodes(snap, "synopsis") if not n[5]]) == 1
+    reflections = llm_nodes(snap, "reflection")
+    assert reflections and any(e[1] == "evolves" for e in snap["edges"])
+    compressed = [n for n in llm_nodes(snap, "event") if n[4] >= 1]
+    assert compressed and "compress" in tasks
+    children = [n for n in llm_nodes(snap, "event") if n[4] == 0 and n[5]]
+    assert len(children) >= 3  # archived under their summary node
+
+
+async def test_maintenance_failure_degrades(tmp_path, embedder, fake):
+    fake.garbage_tasks |= {"summary", "synopsis"}
+    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    try:
+        snap = await ingest(sc, "c", make_chat(random.Random(6), 4))
+    finally:
+        await sc.close()
+    assert snap["processed_upto"] == 7 and not llm_nodes(snap, "summary") and llm_nodes(snap, "event")
+
+
+# -- failures ---------------------------------------------------------------------------------------
+async def test_dead_llm_parks_the_batch_and_loses_nothing(llm_sc, fake):
+    chat = make_chat(random.Random(7), 2)
+    await full_sync(llm_sc, "c", chat)
+    fake.statuses = [500] * 100
+    with pytest.raises(LLMError, match="failed after 2 attempts: HTTP 500"):
+        await llm_sc.process_chat("c")
+    status = await llm_sc.chat_status("c")
+    assert status["processed_upto"] == -1 and status["nodes"] == 0  # nothing half-written
+    fake.statuses = []
+    snap = await ingest(llm_sc, "c", chat)
+    assert snap["processed_upto"] == 3 and llm_nodes(snap, "event")
+
+
+async def test_garbage_json_is_retried_with_a_reminder(llm_sc, fake):
+    fake.garbage = 1
+    snap = await ingest(llm_sc, "c", make_chat(random.Random(8), 1))
+    retry = fake.calls[1]["body"]["messages"]
+    assert fake.calls[0]["task"] == fake.calls[1]["task"] == "extract"
+    assert retry[-2]["role"] == "assistant" and "not valid JSON" in retry[-1]["content"]
+    assert llm_nodes(snap, "event")
+
+
+async def test_stale_batch_is_dropped_not_written(llm_sc, fake):
+    chat = make_chat(random.Random(9), 2)
+    await full_sync(llm_sc, "c", chat)
+    edited = [dict(m) for m in chat]
+    edited[1]["text"] = "Rewritten while the LLM was thinking about Tomas."
+    state = {"done": False}
+
+    async def edit_once(task):
+        if task == "extract" and not state["done"]:
+            state["done"] = True
+            await full_sync(llm_sc, "c", edited)
+
+    fake.before_answer = edit_once
+    await llm_sc.process_chat("c")
+    fake.before_answer = None
+    live = await snapshot(llm_sc, "c")
+    fresh = await ingest(llm_sc, "fresh", edited)
+    assert live == fresh
+
+
+# -- the property: rollback equals a fresh ingest ---------------------------------------------------
+@pytest.mark.parametrize("seed", [21, 22, 23])
+async def test_random_edits_equal_fresh_ingest_with_llm(tmp_path, embedder, fake, seed):
+    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    try:
+        rng = random.Random(seed)
+        chat = make_chat(rng, 6)
+        await ingest(sc, "live", chat)
+        for step in range(8):
+            op = rng.choice(["append", "append", "edit", "delete", "swipe", "truncate"])
+            if op == "append":
+                chat += make_chat(rng, rng.randint(1, 3))
+            elif op == "edit":
+                i = rng.randrange(len(chat))
+                chat[i] = {**chat[i], "text": line(rng) + " (edited)"}
+            elif op == "delete" and len(chat) > 2:
+                del chat[rng.randrange(len(chat))]
+            elif op == "swipe" and chat[-1]["role"] == "assistant":
+                chat[-1] = {**chat[-1], "text": line(rng) + " (swiped)"}
+            elif op == "truncate" and len(chat) > 4:
+                del chat[-rng.randint(1, 3):]
+            live = await ingest(sc, "live", chat)
+            if step % 3 == 2 or step == 7:
+                fresh = await ingest(sc, f"fresh-{step}", chat)
+                assert live == fresh, f"diverged after step {step} ({op})"
+        assert {"evolve", "summary", "rollup", "synopsis", "reflect", "compress"} <= set(fake.tasks())
+    finally:
+        await sc.close()
+
+
+async def test_rollback_after_evolution_and_maintenance_restores_exactly(tmp_path, embedder, fake):
+    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    try:
+        chat = make_chat(random.Random(10), 8)
+        before = await ingest(sc, "c", chat)
+        chat2 = chat + make_chat(random.Random(11), 8)
+        after = await ingest(sc, "c", chat2)
+        assert any('"context"' in n[1] for n in after["nodes"]) and llm_nodes(after, "reflection")
+        restored = await ingest(sc, "c", chat)  # the 16 new messages deleted
+        assert restored == before
+    finally:
+        await sc.close()
+
+
+# -- recall rerank ----------------------------------------------------------------------------------
+async def test_rerank_picks_and_orders_and_falls_back_on_a_hang(llm_sc, fake):
+    chat = make_chat(random.Random(12), 10)
+    await ingest(llm_sc, "c", chat)
+    query = {"query": "What did Elena say about the vault?", "budget_tokens": 2000, "max_memories": 6}
+    plain = await llm_sc.recall("c", query)
+    assert "rerank" not in fake.tasks()  # off by default
+    await llm_sc.update_settings({"recall.rerank": True, "recall.rerank_timeout_s": 0.5})
+    ranked = await llm_sc.recall("c", query)
+    call = [c for c in fake.calls if c["task"] == "rerank"]
+    assert len(call) == 1 and "R1" in call[0]["body"]["messages"][1]["content"]
+    assert "degraded" not in ranked and 0 < len(ranked["memories"]) <= 6
+    assert all("elena" in (m["label"] + ranked["text"]).lower() or "vault" in ranked["text"].lower()
+               for m in ranked["memories"] if not m["core"])
+    fake.hang = True
+    fallback = await llm_sc.recall("c", query)
+    assert fallback["degraded"].startswith("rerank timed out")
+    assert [m["id"] for m in fallback["memories"]] == [m["id"] for m in plain["memories"]]  # the scored order
