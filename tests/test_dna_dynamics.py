@@ -180,3 +180,25 @@ async def test_reflect_after_trigger_count(sidecar):
     for i in range(3):
         await sidecar.create_node("c", {"type": "event", "fields": {"summary": f"new {i}"}})
     assert (await sidecar.dna.scheduler.run_due(now + 60))["reflected"] == ["c"]  # well before 30 minutes
+
+
+async def test_raw_chat_events_fade_but_are_never_forgotten(sidecar):
+    """Per-message events are the chat's own record: decay lowers their weight (and rank) but never
+    archives them, and they do not fill the long-term capacity that archives derived memories."""
+    chat = []
+    for i in range(6):
+        chat += [{"role": "user", "name": "Alex", "text": f"Tell me about tower {i}"},
+                 {"role": "assistant", "name": "Elena", "text": f"Tower {i} is made of grey stone"}]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    await sidecar.store.write(lambda conn: conn.execute(
+        "UPDATE nodes SET created_at = ?, last_access = ? WHERE chat_id = ?", (T0, T0, "c")))
+    await sidecar.update_chat_settings("c", {"dna.evolution_strategy": "cleanup", "dna.decay_rate": 0.2})
+    for day in range(8, 30):
+        await sidecar.dna.decay("c", now=T0 + day * DAY)
+    rows = await sidecar.store.read(lambda conn: conn.execute(
+        "SELECT weight, archived FROM nodes WHERE chat_id = 'c' AND source = 'heuristic' AND type = 'event'"
+    ).fetchall())
+    assert rows and all(r["weight"] < 0.2 and not r["archived"] for r in rows)
+    result = await sidecar.recall("c", {"query": "tower 1 grey stone", "budget_tokens": 300})
+    assert "Tower 1" in result["text"]  # still found, just ranked lower

@@ -597,7 +597,7 @@ class Sidecar:
         def write(conn):
             ensure_chat(conn, chat_id)
             if mode == "replace":
-                for table in ("nodes", "edges", "journal", "mentions"):
+                for table in ("nodes", "edges", "journal", "mentions", "repair_loops"):
                     conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (chat_id,))
                 length = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
                 upto = length - 1 if graph.processed_upto is None else min(graph.processed_upto, length - 1)

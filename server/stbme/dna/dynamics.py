@@ -23,6 +23,9 @@ from .strategy import DAY, Strategy, chat_rng
 
 LAYERS = ("working", "short_term", "long_term")
 EXEMPT_TYPES = ("rule",)
+# The raw per-message events are the chat's own record: they lose weight (and rank) when unused, but
+# forgetting never archives them, and they do not count against the long-term capacity.
+RAW_SOURCES = ("heuristic",)
 REINFORCE_STEP = 0.1
 
 
@@ -88,7 +91,7 @@ def decay_chat(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy: 
     report = DecayReport(chat_id, strategy, step)
     chooser = Strategy(strategy, next_rng(state))
     cs = ChangeSet(conn, chat_id, reason="decay")
-    rows = conn.execute("SELECT id, type, weight, pinned, locked, access_count, last_access, created_at FROM nodes"
+    rows = conn.execute("SELECT id, type, source, weight, pinned, locked, access_count, last_access, created_at FROM nodes"
                         " WHERE chat_id = ? AND archived = 0 ORDER BY rowid", (chat_id,)).fetchall()
     for row in rows:
         if is_exempt(row):
@@ -100,7 +103,7 @@ def decay_chat(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy: 
         weight = max(0.0, round(row["weight"] - decay_rate * step, 6))
         report.decayed += 1
         conn.execute("UPDATE nodes SET weight = ? WHERE id = ?", (weight, row["id"]))
-        if weight < forget_threshold:
+        if weight < forget_threshold and row["source"] not in RAW_SOURCES:
             archive_node(cs, row["id"], "decay", weight=weight, idle_days=round((now - last_used) / DAY, 2))
             report.archived.append(row["id"])
     state.last_decay_at = now
@@ -160,8 +163,9 @@ def consolidate(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy:
     overflow = remaining[:max(0, len(remaining) - max_short_term)]
     conn.executemany("UPDATE nodes SET layer = 'long_term' WHERE id = ?", [(r["id"],) for r in overflow])
     report.to_long_term = len(promoted) + len(overflow)
-    long_count = conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND layer = 'long_term'",
-                              (chat_id,)).fetchone()[0]
+    long_count = conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND layer = 'long_term'"
+                              f" AND source NOT IN ({','.join('?' * len(RAW_SOURCES))})",
+                              (chat_id, *RAW_SOURCES)).fetchone()[0]
     excess = long_count - max_long_term
     if excess > 0:
         cs = ChangeSet(conn, chat_id, reason="consolidate")
@@ -169,8 +173,9 @@ def consolidate(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy:
         weakest = conn.execute(
             "SELECT id, weight FROM nodes WHERE chat_id = ? AND archived = 0 AND layer = 'long_term' AND pinned = 0"
             f" AND locked = 0 AND type NOT IN ({','.join('?' * len(EXEMPT_TYPES))})"
+            f" AND source NOT IN ({','.join('?' * len(RAW_SOURCES))})"
             " AND coalesce(last_access, created_at) < ? ORDER BY weight, importance, coalesce(last_access, created_at),"
-            " rowid LIMIT ?", (chat_id, *EXEMPT_TYPES, idle_before, excess)).fetchall()
+            " rowid LIMIT ?", (chat_id, *EXEMPT_TYPES, *RAW_SOURCES, idle_before, excess)).fetchall()
         for row in weakest:
             archive_node(cs, row["id"], "consolidation", weight=row["weight"])
             report.archived.append(row["id"])

@@ -180,7 +180,8 @@ def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=No
             continue
         parts = {"vector": sim, "lexical": lex, "fusion": fused / best, "importance": node.importance / 10,
                  "recency": recency(node)}
-        score = parts["fusion"] + w_imp * parts["importance"] + w_rec * parts["recency"]
+        # DNA weight: a memory left unused for long fades in rank before it is ever forgotten.
+        score = (parts["fusion"] + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * node.weight)
         scored.append(Scored(node, score, parts))
     scored.sort(key=lambda s: (-s.score, s.node.id))
     in_index = [s for s in scored if s.parts["vector"] > 0]

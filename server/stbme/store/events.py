@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 
-def record_event(conn: sqlite3.Connection, chat_id: str | None, kind: str, **data: Any) -> None:
+def record_event(conn: sqlite3.Connection, chat_id: str | None, kind: str, /, **data: Any) -> None:
     conn.execute("INSERT INTO events (chat_id, at, kind, data) VALUES (?,?,?,?)",
                  (chat_id, time.time(), kind, orjson.dumps(data).decode()))
 
