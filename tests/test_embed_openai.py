@@ -154,7 +154,7 @@ async def test_client_error_is_not_retried(fake, make_embedder):
         await make_embedder(retries=3).embed_passages(TEXTS)
     assert len(fake.calls) == 1
     assert "HTTP 401" in info.value.message and "Incorrect API key" in info.value.message
-    assert "embed.openai_url" in info.value.message
+    assert "check embed.openai_key" in info.value.message  # the advice names the setting at fault
 
 
 async def test_hang_is_a_timeout_error(fake, make_embedder):

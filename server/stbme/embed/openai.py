@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
-import aiohttp
 import numpy as np
-import orjson
 
+from ..openai_http import OpenAIEndpoint
 from .base import Embedder, EmbedError, normalize_rows
-
-log = logging.getLogger("stbme.embed")
-RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class OpenAIEmbedder(Embedder):
@@ -21,56 +14,19 @@ class OpenAIEmbedder(Embedder):
         if not url:
             raise EmbedError("embed.openai_url is empty: set the base URL of your embeddings API "
                              "(for example http://127.0.0.1:11434/v1)", field="embed.openai_url")
-        self.url = url.rstrip("/")
-        if not self.url.endswith("/embeddings"):
-            self.url += "/embeddings"
+        self.http = OpenAIEndpoint(url, "embeddings", key, timeout_s=timeout_s, retries=retries,
+                                   backoff_s=backoff_s, error=EmbedError, what="embeddings API",
+                                   names={"url": "embed.openai_url", "key": "embed.openai_key",
+                                          "model": "embed.openai_model", "timeout": "embed.timeout_s"})
+        self.url = self.http.url
         self.model = model
-        self.key = key
         self.batch_size = batch_size
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self.retries = retries
-        self.backoff_s = backoff_s
         self.id = f"openai:{self.url}#{model}"
         self.dim = 0  # learned from the first answer
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-        return self._session
 
     async def _call(self, texts: list[str]) -> np.ndarray:
-        headers = {"Content-Type": "application/json"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
-        body = {"model": self.model, "input": texts}
-        last_error = "no attempt made"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * (2 ** (attempt - 1)))
-            try:
-                async with self._client().post(self.url, json=body, headers=headers) as resp:
-                    if resp.status in RETRY_STATUSES:
-                        last_error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
-                        continue
-                    if resp.status != 200:
-                        raise EmbedError(f"embeddings API at {self.url} answered HTTP {resp.status}: "
-                                         f"{(await resp.text())[:300]}; check embed.openai_url, key and model")
-                    raw = await resp.read()
-            except asyncio.TimeoutError:  # before ClientError: aiohttp's timeouts are both
-                last_error = f"no answer within {self.timeout.total:g} s (embed.timeout_s)"
-                continue
-            except aiohttp.ClientError as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-                continue
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                raise EmbedError(f"embeddings API at {self.url} answered with a body that is not JSON: "
-                                 f"{raw[:200].decode('utf-8', 'replace')!r}; is embed.openai_url the API's "
-                                 "base URL (ending in /v1)?") from None
-            return self._parse(data, len(texts))
-        raise EmbedError(f"embeddings API at {self.url} failed after {self.retries + 1} attempts: {last_error}")
+        data = await self.http.post(lambda: {"model": self.model, "input": texts})
+        return self._parse(data, len(texts))
 
     def _parse(self, data: object, count: int) -> np.ndarray:
         """The vectors of an OpenAI-style answer, in input order, checked for count, shape and dimension."""
@@ -104,5 +60,4 @@ class OpenAIEmbedder(Embedder):
         return (await self._call([text]))[0]
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.http.close()
