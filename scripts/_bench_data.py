@@ -242,11 +242,12 @@ class ChatGenerator:
                 out[i] = prev
         return out, prev
 
-    def queries(self, count: int, chat_size: int, salt: str) -> list[tuple[str, str]]:
-        """`count` distinct (kind, query) pairs: 'rare' shares a rare name with some memory, 'topic'
-        uses common story words, 'miss' is small talk with words no memory has. About 20% Chinese."""
+    def queries(self, count: int, chat_size: int, salt: str) -> list[tuple[str, str, str | None]]:
+        """`count` distinct (kind, query, rare name) triples: 'rare' shares a rare name with some
+        memory, 'topic' uses common story words, 'miss' is small talk with words no memory has.
+        About 20% Chinese."""
         rng = _seeded(self.seed, "queries", chat_size, salt)
-        out: dict[str, str] = {}
+        out: dict[str, tuple[str, str | None]] = {}
         while len(out) < count:
             roll = rng.random()
             zh = rng.random() < 0.2
@@ -259,7 +260,7 @@ class ChatGenerator:
                 else:
                     q = rng.choice(("What do we know about {rare}?", "Tell me again what {rare} had to do with "
                                     "the {obj}.", "Did {rare} ever come back?"))
-                text, kind = q.format(rare=msg.rare, obj=msg.obj), "rare"
+                text, kind, name = q.format(rare=msg.rare, obj=msg.obj), "rare", msg.rare
             elif roll < 0.8:
                 topic = rng.randrange(len(PLACES))
                 lang = 1 if zh else 0
@@ -270,12 +271,12 @@ class ChatGenerator:
                 else:
                     q = rng.choice(("Did {a} ever go back to the {place} for the {obj}?",
                                     "What happened to the {adj} {obj}?", "Who was at the {place} with {a}?"))
-                text, kind = q.format(**slots), "topic"
+                text, kind, name = q.format(**slots), "topic", None
             else:
                 q = rng.choice(SMALL_TALK_ZH if zh else SMALL_TALK_EN)
-                text, kind = q.format(oov=rng.choice(self.oov)), "miss"
-            out.setdefault(text, kind)
-        return [(kind, text) for text, kind in out.items()]
+                text, kind, name = q.format(oov=rng.choice(self.oov)), "miss", None
+            out.setdefault(text, (kind, name))
+        return [(kind, text, name) for text, (kind, name) in out.items()]
 
 
 class VectorModel:

@@ -185,9 +185,9 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     gen = ChatGenerator(seed)
     model = VectorModel(gen)
     queries = gen.queries(WARMUP_QUERIES + n_queries, size, "recall")
-    qvecs = {q: model.embed(q) for _, q in queries}
+    qvecs = {q: model.embed(q) for _, q, _ in queries}
     warmup, measured = queries[:WARMUP_QUERIES], queries[WARMUP_QUERIES:]
-    out["query_kinds"] = {k: sum(1 for kind, _ in measured if kind == k) for k in ("rare", "topic", "miss")}
+    out["query_kinds"] = {k: sum(1 for kind, _, _ in measured if kind == k) for k in ("rare", "topic", "miss")}
 
     # Sync requests for the appended messages, built client-side before any timing.
     appended = [gen.message(i) for i in range(size, size + WARMUP_SYNCS + n_syncs)]
@@ -225,7 +225,7 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     out["indexed"] = len(index)
     out["lexical_docs"] = len(lexical)
 
-    for _, q in queries:  # warm the query-vector LRU: no query embedding inside the timed calls
+    for _, q, _ in queries:  # warm the query-vector LRU: no query embedding inside the timed calls
         await sc.embeddings.embed_query(q)
 
     def body(q: str) -> dict:
@@ -234,13 +234,13 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     t = time.perf_counter()
     await sc.recall(CHAT_ID, body(warmup[0][1]))
     out["first_recall_ms"] = (time.perf_counter() - t) * 1000
-    for _, q in warmup[1:]:
+    for _, q, _ in warmup[1:]:
         await sc.recall(CHAT_ID, body(q))
 
     log(size, f"recall x {len(measured)}")
     cpu_start = cpu_sample()
-    latencies, took, memories, tokens, by_kind = [], [], [], [], {}
-    for kind, q in measured:
+    latencies, took, memories, tokens, by_kind, named = [], [], [], [], {}, []
+    for kind, q, name in measured:
         t = time.perf_counter()
         result = await sc.recall(CHAT_ID, body(q))
         dt = time.perf_counter() - t
@@ -249,6 +249,8 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
         took.append(result["took_ms"])
         memories.append(len(result["memories"]))
         tokens.append(result["tokens"])
+        if name:  # a rare-name query: does the block bring back a memory that names it?
+            named.append(name.lower() in result["text"].lower())
     out["other_cpu_recall"] = other_cpu(cpu_start)
     out["recall"] = summary_ms(latencies)
     out["recall_p50_ms"] = out["recall"]["p50"]
@@ -256,11 +258,12 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     out["recall_took_ms_p50"] = pct(took, 50)
     out["recall_memories_mean"] = float(np.mean(memories))
     out["recall_tokens_mean"] = float(np.mean(tokens))
+    out["rare_name_in_block"] = float(np.mean(named)) if named else None
     out["query_misses"] = embedder.query_misses
 
     # The two retrievers alone, on the same queries.
     hnsw_s, hnsw_top10, lex_s = [], [], []
-    for _, q in measured:
+    for _, q, _ in measured:
         vec = qvecs[q]
         t = time.perf_counter()
         hits = index.query(vec, TOP_K)
@@ -322,8 +325,8 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
         ids.append(node_id)
         matrix[i] = np.frombuffer(blob, dtype=np.float32)
     conn.close()
-    brute_s, overlap = [], []
-    for (_, q), hnsw_ids in zip(measured, hnsw_top10):
+    brute_s, overlap, top1_found = [], {}, []
+    for (kind, q, _), hnsw_ids in zip(measured, hnsw_top10):
         vec = qvecs[q]
         t = time.perf_counter()
         sims = matrix @ vec
@@ -331,9 +334,13 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
         top = top[np.argsort(-sims[top])]
         brute_s.append(time.perf_counter() - t)
         truth = {ids[j] for j in top[:10]}
-        overlap.append(len(truth & set(hnsw_ids)) / len(truth))
+        overlap.setdefault(kind, []).append(len(truth & set(hnsw_ids)) / len(truth))
+        if kind == "rare":  # its best match stands out (shares the rare name): did HNSW find it?
+            top1_found.append(ids[top[0]] in hnsw_ids)
     out["brute"] = summary_ms(brute_s)
-    out["hnsw_recall_at_10"] = float(np.mean(overlap))
+    out["hnsw_recall_at_10"] = float(np.mean([v for vs in overlap.values() for v in vs]))
+    out["hnsw_recall_at_10_by_kind"] = {k: float(np.mean(v)) for k, v in overlap.items()}
+    out["hnsw_rare_top1_found"] = float(np.mean(top1_found)) if top1_found else None
     out["rss_peak_with_baseline_mb"] = rss_peak_mb()
     return out
 
@@ -438,6 +445,7 @@ def print_report(env: dict, results: list[dict]) -> None:
     line("p99", lambda r: fmt(r["recall"]["p99"], ".2f"))
     line("p50 by query kind: rare / topic / miss",
          lambda r: " / ".join(fmt(r["recall_by_kind_p50_ms"].get(k), ".1f") for k in ("rare", "topic", "miss")))
+    line("rare-name queries whose block names it", lambda r: fmt(r["rare_name_in_block"], ".3f"))
     line("memories / tokens per block (mean)",
          lambda r: f"{r['recall_memories_mean']:.1f} / {r['recall_tokens_mean']:.0f}")
     section("baseline: brute-force numpy scan (matrix @ q, argpartition top 40)")
@@ -449,6 +457,9 @@ def print_report(env: dict, results: list[dict]) -> None:
     line("HNSW query (k=40) p50, ms", lambda r: fmt(r["hnsw_only"]["p50"], ".3f"))
     line("HNSW / brute force, p50", lambda r: fmt(r["hnsw_only"]["p50"] / r["brute"]["p50"], ".2f", "x"))
     line("HNSW recall@10 vs brute force", lambda r: fmt(r["hnsw_recall_at_10"], ".3f"))
+    line("  by query kind: rare / topic / miss", lambda r: " / ".join(
+        fmt(r["hnsw_recall_at_10_by_kind"].get(k), ".2f") for k in ("rare", "topic", "miss")))
+    line("  rare queries: true top 1 in HNSW top 10", lambda r: fmt(r["hnsw_rare_top1_found"], ".3f"))
     line("BM25 search p50, ms", lambda r: fmt(r["bm25_only"]["p50"], ".3f"))
     section("sync of one appended message, ms")
     line("p50", lambda r: fmt(r["sync"]["p50"], ".2f"))
