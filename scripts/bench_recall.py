@@ -11,7 +11,7 @@ Each size runs in two fresh processes: `populate` writes the chat through the pr
 path (sync in chunks of 2000 messages, memories via ChangeSet.insert_node), and `measure` opens it
 cold, so each size's RSS is its own and the generator's memory is not counted.
 
-    .venv/bin/python scripts/bench_recall.py                  # 1k, 10k, 100k (a few minutes)
+    .venv/bin/python scripts/bench_recall.py                  # 1k, 10k, 100k: about 4 minutes on 2 cores
     .venv/bin/python scripts/bench_recall.py --sizes 10000 --json
 """
 
@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 import click
-import hnswlib
 import numpy as np
 
 from _bench_data import (CORE_MEMORIES, DIM, BenchEmbedder, ChatGenerator, VectorModel, anchor_indexes,

@@ -38,6 +38,7 @@ from .store import Store
 from .store.events import record_event
 from .store.jobs import claim_next_job, finish_job, prune_done_jobs, queue_depth, requeue_interrupted
 from .store.migrations import schema_version
+from .store.queries import message_count
 
 log = logging.getLogger("stbme")
 MAX_CHAT_ID = 512
@@ -133,9 +134,22 @@ class Sidecar:
         if resumed:
             log.info("resuming %d interrupted jobs", resumed)
         self._tasks = [asyncio.create_task(self._worker(), name="stbme-worker"),
-                       asyncio.create_task(self._saver(), name="stbme-index-saver")]
+                       asyncio.create_task(self._saver(), name="stbme-index-saver"),
+                       asyncio.create_task(self._warm_up(), name="stbme-warm-up")]
         self._tasks += await self.dna.start()
         self._wake.set()
+
+    async def _warm_up(self, chats: int = 3) -> None:
+        """Load the indexes of the most recently used chats now, so the first recall after a restart
+        does not wait for them (a 100k-memory chat takes seconds)."""
+        recent = await self.store.read(lambda conn: [r[0] for r in conn.execute(
+            "SELECT chat_id FROM chats ORDER BY updated_at DESC LIMIT ?", (chats,))])
+        for chat_id in recent:
+            try:
+                await self.indexes.get(chat_id)
+                await self.lexical.get(chat_id)
+            except StbmeError as exc:
+                log.warning("warming up chat %r failed: %s", chat_id, exc.message)
 
     async def close(self) -> None:
         if self._closed:
@@ -403,7 +417,7 @@ class Sidecar:
         def read(conn):
             return [dict(r) for r in conn.execute(
                 "SELECT c.chat_id, c.processed_upto, c.updated_at,"
-                " (SELECT count(*) FROM messages m WHERE m.chat_id = c.chat_id) AS messages,"
+                " (SELECT coalesce(max(idx) + 1, 0) FROM messages m WHERE m.chat_id = c.chat_id) AS messages,"
                 " (SELECT count(*) FROM nodes n WHERE n.chat_id = c.chat_id AND n.archived = 0) AS nodes"
                 " FROM chats c ORDER BY c.updated_at DESC")]
         return await self.store.read(read)
@@ -421,7 +435,7 @@ class Sidecar:
                                       " ORDER BY id DESC LIMIT 1", (chat_id,)).fetchone()
             return {
                 "chat_id": chat_id,
-                "messages": conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0],
+                "messages": message_count(conn, chat_id),
                 "nodes": conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0",
                                       (chat_id,)).fetchone()[0],
                 "unembedded": conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND"
@@ -599,7 +613,7 @@ class Sidecar:
             if mode == "replace":
                 for table in ("nodes", "edges", "journal", "mentions", "repair_loops"):
                     conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (chat_id,))
-                length = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+                length = message_count(conn, chat_id)
                 upto = length - 1 if graph.processed_upto is None else min(graph.processed_upto, length - 1)
                 conn.execute("UPDATE chats SET processed_upto = ? WHERE chat_id = ?", (upto, chat_id))
             cs = ChangeSet(conn, chat_id, reason="import")

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..hashing import chat_file_key
 from ..store import Store
+from ..store.queries import nodes_by_ids
 from .hnsw import ChatIndex, IndexMismatch
 
 log = logging.getLogger("stbme.index")
@@ -27,12 +28,8 @@ def _indexable_rows(conn, chat_id: str, embedder_id: str, node_ids: list[str] | 
            " AND embedder = ?")
     if node_ids is None:
         return conn.execute(sql, (chat_id, embedder_id)).fetchall()
-    rows = []
-    for i in range(0, len(node_ids), 500):
-        part = node_ids[i:i + 500]
-        rows += conn.execute(sql + f" AND id IN ({','.join('?' * len(part))})",
-                             (chat_id, embedder_id, *part)).fetchall()
-    return rows
+    return nodes_by_ids(conn, chat_id, node_ids, columns=cols,
+                        where="AND archived = 0 AND embedding IS NOT NULL AND embedder = ?", params=(embedder_id,))
 
 
 class IndexManager:

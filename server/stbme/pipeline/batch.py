@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..graph.changes import ChangeSet
+from ..store.queries import message_count
 from .sync import Message, load_messages
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None)
     end = end_fn(messages, every) if end_fn else batch_end(messages, every)
     if end is None:
         return None
-    total = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+    total = message_count(conn, chat_id)
     return start, end, [m for m in messages if m.index <= end], row["revision"], total
 
 

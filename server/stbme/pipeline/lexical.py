@@ -16,6 +16,7 @@ import orjson
 
 from ..graph.model import node_text
 from ..store import Store
+from ..store.queries import nodes_by_ids
 
 K1 = 1.2
 B = 0.75
@@ -157,15 +158,7 @@ class LexicalIndex:
         return [(self.node_of[i], float(scores[i])) for i in hits]
 
 
-def _lexical_rows(conn, chat_id: str, node_ids: list[str] | None = None):
-    sql = "SELECT id, fields, tags, archived FROM nodes WHERE chat_id = ?"
-    if node_ids is None:
-        return conn.execute(sql + " AND archived = 0", (chat_id,)).fetchall()
-    rows = []
-    for i in range(0, len(node_ids), 500):
-        part = node_ids[i:i + 500]
-        rows += conn.execute(sql + f" AND id IN ({','.join('?' * len(part))})", (chat_id, *part)).fetchall()
-    return rows
+_LEXICAL_COLUMNS = "id, fields, tags, archived"
 
 
 def _doc_text(row) -> str:
@@ -189,8 +182,9 @@ class LexicalIndexes:
         async with self._locks.setdefault(chat_id, asyncio.Lock()):
             index = self._indexes.get(chat_id)
             if index is None:
-                rows = await self.store.read(lambda conn: _lexical_rows(conn, chat_id))
-                index = await asyncio.to_thread(self._build, rows)
+                # Built on the reader thread straight from the cursor: 100k rows are never all in memory.
+                index = await self.store.read(lambda conn: self._build(conn.execute(
+                    f"SELECT {_LEXICAL_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0", (chat_id,))))
                 self._indexes[chat_id] = index
             return index
 
@@ -206,7 +200,8 @@ class LexicalIndexes:
         if index is None or not node_ids:
             return
         node_ids = list(node_ids)
-        rows = {r["id"]: r for r in await self.store.read(lambda conn: _lexical_rows(conn, chat_id, node_ids))}
+        rows = {r["id"]: r for r in await self.store.read(
+            lambda conn: nodes_by_ids(conn, chat_id, node_ids, columns=_LEXICAL_COLUMNS))}
         for node_id in node_ids:
             row = rows.get(node_id)
             if row is None or row["archived"]:

@@ -16,6 +16,7 @@ import numpy as np
 from ..graph.model import Node, field_text, node_from_row
 from ..llm.base import Usage, complete_json
 from ..llm.prompts import system_prompt
+from ..store.queries import nodes_by_ids
 from .render import detect_language
 
 if TYPE_CHECKING:
@@ -110,9 +111,7 @@ async def nearest(ctx: "BatchContext", vector: np.ndarray, k: int, *, exclude: I
     if not picked:
         return []
     ids = list(picked)
-    node_rows = await sc.store.read(lambda conn: conn.execute(
-        f"SELECT * FROM nodes WHERE chat_id = ? AND id IN ({','.join('?' * len(ids))})",
-        (ctx.chat_id, *ids)).fetchall())
+    node_rows = await sc.store.read(lambda conn: nodes_by_ids(conn, ctx.chat_id, ids))
     found = [(node, picked[node.id]) for node in map(node_from_row, node_rows)]
     found.sort(key=neighbour_sort_key)
     return found[:k]

@@ -9,10 +9,11 @@ import time
 import numpy as np
 
 from ..embed import EmbedError, EmbeddingService
-from ..graph.model import Node, node_from_row
+from ..graph.model import NODE_COLUMNS, Node, node_from_row
 from ..graph.schema import NODE_TYPES
 from ..index import IndexManager
 from ..store import Store
+from ..store.queries import message_count, nodes_by_ids
 from ..tokens import count_tokens
 from .lexical import LexicalIndexes
 from .render import detect_language, has_content, render_block
@@ -56,17 +57,18 @@ async def query_vector(embeddings: EmbeddingService, query: str, recent: list[st
     return total / norm if norm else None
 
 
+# Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
+_COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
+
+
 def _fetch(conn, chat_id: str, ids: list[str]):
+    # Two index-served queries, not one with OR (which would read the whole chat).
     core = conn.execute(
-        f"SELECT * FROM nodes WHERE chat_id = ? AND archived = 0 AND (pinned = 1 OR type IN"
-        f" ({','.join('?' * len(CORE_TYPES))}))", (chat_id, *CORE_TYPES)).fetchall()
-    rows = []
-    for i in range(0, len(ids), 500):
-        part = ids[i:i + 500]
-        rows += conn.execute(f"SELECT * FROM nodes WHERE chat_id = ? AND archived = 0 AND id IN"
-                             f" ({','.join('?' * len(part))})", (chat_id, *part)).fetchall()
-    length = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
-    return core, rows, length
+        f"SELECT {_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
+        f" ({','.join('?' * len(CORE_TYPES))}) UNION SELECT {_COLUMNS} FROM nodes WHERE chat_id = ?"
+        " AND pinned = 1 AND archived = 0", (chat_id, *CORE_TYPES, chat_id)).fetchall()
+    rows = nodes_by_ids(conn, chat_id, ids, columns=_COLUMNS, where="AND archived = 0")
+    return core, rows, message_count(conn, chat_id)
 
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexManager, lexical: LexicalIndexes,

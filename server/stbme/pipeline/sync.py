@@ -19,6 +19,7 @@ from ..hashing import chain_hash, message_hash
 from ..store import journal
 from ..store.events import record_event
 from ..store.jobs import enqueue_job
+from ..store.queries import message_count
 
 ROLES = ("user", "assistant", "system")
 
@@ -139,7 +140,7 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
     ensure_chat(conn, chat_id)
     chat = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
     processed_upto = chat["processed_upto"]
-    stored_length = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+    stored_length = message_count(conn, chat_id)
     start = req.messages[0].index if req.messages else req.length
     end = req.messages[-1].index if req.messages else req.length - 1
 

@@ -32,7 +32,7 @@ def prepare_connection(conn: sqlite3.Connection) -> None:
     # only an OS crash or power loss can lose the last commits.
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA temp_store = MEMORY")
-    conn.execute("PRAGMA cache_size = -65536")
+    conn.execute("PRAGMA cache_size = -16384")  # 16 MiB per connection (three of them)
 
 
 class Store:
