@@ -89,6 +89,7 @@ class Sidecar:
         self.started_at = time.time()
         self._wake = asyncio.Event()
         self._retry_at: dict[str, float] = {}
+        self._known_chats: set[str] = set()
         self._tasks: list[asyncio.Task] = []
         self._busy: set[str] = set()
         self._reembed: dict | None = None
@@ -399,9 +400,10 @@ class Sidecar:
         limit = config.setting("recall.max_memories").validate(limit) if "max_memories" in body else limit
         if len(query) > self.settings["server.max_message_chars"]:
             raise BadRequest("'query' is too long", field="query")
-        exists = await self.store.read(lambda conn: conn.execute(
-            "SELECT 1 FROM chats WHERE chat_id = ?", (chat_id,)).fetchone())
-        if not exists or not setting("recall.enabled"):
+        if chat_id not in self._known_chats and await self.store.read(lambda conn: conn.execute(
+                "SELECT 1 FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()):
+            self._known_chats.add(chat_id)  # skips a reader round trip on every later recall
+        if chat_id not in self._known_chats or not setting("recall.enabled"):
             return {"text": "", "tokens": 0, "memories": [], "took_ms": 0.0, "language": None}
         reranker = None
         if setting("recall.rerank") and self.settings["llm.mode"] != "none":
@@ -467,6 +469,7 @@ class Sidecar:
         counts = await self.store.write(delete)
         if not counts["chats"]:
             raise NotFound(f"no chat {chat_id!r}", field="chat_id")
+        self._known_chats.discard(chat_id)
         self.indexes.drop(chat_id)
         self.lexical.drop(chat_id)
         self.settings.forget_chat(chat_id)

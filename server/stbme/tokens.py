@@ -20,22 +20,27 @@ def count_tokens(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
-def truncate_to_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> str:
-    """Cut text to at most max_tokens tokens (ellipsis included), on a token boundary."""
+def fit_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> tuple[str, int]:
+    """Text cut to at most max_tokens tokens (ellipsis included), on a token boundary, and its count."""
     if max_tokens <= 0:
-        return ""
+        return "", 0
     enc = _encoding()
     ids = enc.encode(text, disallowed_special=())
     if len(ids) <= max_tokens:
-        return text
+        return text, len(ids)
     room = max_tokens - count_tokens(ellipsis)
     if room <= 0:
-        return ""
+        return "", 0
     cut = enc.decode(ids[:room])
     # A cut inside a multi-byte character decodes to U+FFFD; drop it.
     cut = cut.rstrip("\ufffd")
     result = cut + ellipsis
-    while count_tokens(result) > max_tokens and cut:
+    while (n := count_tokens(result)) > max_tokens and cut:
         cut = cut[:-1]
         result = cut + ellipsis
-    return result
+    return (result, n) if cut else ("", 0)
+
+
+def truncate_to_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> str:
+    """Cut text to at most max_tokens tokens (ellipsis included), on a token boundary."""
+    return fit_tokens(text, max_tokens, ellipsis)[0]

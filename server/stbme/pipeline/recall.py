@@ -7,6 +7,7 @@ import dataclasses
 import time
 
 import numpy as np
+import orjson
 
 from ..embed import EmbedError, EmbeddingService
 from ..graph.model import NODE_COLUMNS, Node, node_from_row
@@ -145,10 +146,16 @@ def drop_near_duplicates(scored: list[Scored], vectors, threshold: float) -> lis
     return kept
 
 
+def _row_has_content(row) -> bool:
+    # Only name anchors (characters, entities, places) can lack content: parse just those.
+    return row["type"] not in ("character", "entity", "location") or has_content(orjson.loads(row["fields"]))
+
+
 def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=None) -> list[Scored]:
-    """Fuse the rankings, gate weak matches, add importance and recency; core memories first."""
+    """Fuse the rankings, gate weak matches, add importance and recency; core memories first.
+    Scores come from the raw rows; Node objects are built only for the memories that can make the cut."""
     core_rows, rows, length = fetched
-    nodes = {r["id"]: node_from_row(r) for r in rows}
+    by_id = {r["id"]: r for r in rows}
     # Memories of the last N messages are still in the prompt. A chat with no synced messages (an
     # import into a new chat) has nothing in the prompt to skip.
     exclude_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
@@ -165,27 +172,30 @@ def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=No
         for rank_, (node_id, _) in enumerate(hits):
             fusion[node_id] = fusion.get(node_id, 0.0) + weight / (RRF_K + rank_ + 1)
 
-    def recency(node: Node) -> float:
-        if node.seq_to is None or length == 0:
+    def recency(seq_to) -> float:
+        if seq_to is None or length == 0:
             return 0.5
-        return 1.0 / (1.0 + max(0, length - 1 - node.seq_to) / 100.0)
+        return 1.0 / (1.0 + max(0, length - 1 - seq_to) / 100.0)
 
-    scored = []
+    candidates = []
     for node_id, fused in fusion.items():
-        node = nodes.get(node_id)
-        if node is None or node.pinned or node.type in CORE_TYPES or not has_content(node):
+        row = by_id.get(node_id)
+        if row is None or row["pinned"] or row["type"] in CORE_TYPES:
             continue
-        if node.seq_from is not None and node.seq_from >= exclude_from:
+        if row["seq_from"] is not None and row["seq_from"] >= exclude_from:
             continue  # still in the prompt's chat history
         sim, lex = sims.get(node_id, 0.0), bm25.get(node_id, 0.0)
-        if sim < min_sim and lex < min_bm25:
+        if (sim < min_sim and lex < min_bm25) or not _row_has_content(row):
             continue
-        parts = {"vector": sim, "lexical": lex, "fusion": fused / best, "importance": node.importance / 10,
-                 "recency": recency(node)}
+        parts = {"vector": sim, "lexical": lex, "fusion": fused / best, "importance": row["importance"] / 10,
+                 "recency": recency(row["seq_to"])}
         # DNA weight: a memory left unused for long fades in rank before it is ever forgotten.
-        score = (parts["fusion"] + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * node.weight)
-        scored.append(Scored(node, score, parts))
-    scored.sort(key=lambda s: (-s.score, s.node.id))
+        score = (parts["fusion"] + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * row["weight"])
+        candidates.append((score, node_id, parts))
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    # Near-duplicates are dropped before the cut; room for them is kept by looking a little further.
+    scored = [Scored(node_from_row(by_id[node_id]), score, parts)
+              for score, node_id, parts in candidates[:max_memories * 3]]
     in_index = [s for s in scored if s.parts["vector"] > 0]
     if vectors is not None and len(in_index) > 1:
         unique = {s.node.id for s in drop_near_duplicates(in_index, vectors,
@@ -195,7 +205,7 @@ def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=No
     for row in core_rows:
         node = node_from_row(row)
         parts = {"vector": sims.get(node.id, 0.0), "lexical": bm25.get(node.id, 0.0), "fusion": 0.0,
-                 "importance": node.importance / 10, "recency": recency(node)}
+                 "importance": node.importance / 10, "recency": recency(node.seq_to)}
         core.append(Scored(node, 1.0 + node.importance / 10 + (1.0 if node.pinned else 0.0), parts, core=True))
     core.sort(key=lambda s: (-s.score, s.node.id))
     return (core + scored)[:max_memories]

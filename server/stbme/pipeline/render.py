@@ -3,11 +3,12 @@ token budget (cl100k_base): never over it."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..graph.model import Node, field_text
 from ..graph.schema import NODE_TYPES
-from ..tokens import count_tokens, truncate_to_tokens
+from ..tokens import count_tokens, fit_tokens
 
 SECTION_ORDER = ("directives", "rules", "state", "episodic", "reflective", "other")
 HEADINGS = {
@@ -68,9 +69,15 @@ def render_line(node: Node, lang: str) -> str:
     return f"- {text}"
 
 
-def has_content(node: Node) -> bool:
+@functools.cache
+def _fixed_tokens(text: str) -> int:
+    """Token counts of the headings, counted once."""
+    return count_tokens(text)
+
+
+def has_content(fields: dict) -> bool:
     """A bare name anchor (no other field) says nothing on its own: it is not injected."""
-    return any(field_text(v) for k, v in node.fields.items() if k not in ("name", "speaker"))
+    return any(field_text(v) for k, v in fields.items() if k not in ("name", "speaker"))
 
 
 def render_block(nodes: list[Node], budget_tokens: int, lang: str) -> tuple[str, list[Node]]:
@@ -78,14 +85,14 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str) -> tuple[str,
     h = HEADINGS[lang]
     line_cap = max(40, budget_tokens // 3)
     chosen: list[tuple[Node, str]] = []
-    used = count_tokens(h["title"])
+    used = _fixed_tokens(h["title"])
     sections_used: set[str] = set()
     for node in nodes:
-        line = truncate_to_tokens(render_line(node, lang), line_cap)
+        line, line_tokens = fit_tokens(render_line(node, lang), line_cap)
         section = section_of(node)
-        cost = count_tokens(line) + 1
+        cost = line_tokens + 1
         if section not in sections_used:
-            cost += count_tokens(h[section]) + 2
+            cost += _fixed_tokens(h[section]) + 2
         if used + cost > budget_tokens:
             continue  # a shorter, lower-ranked memory may still fit
         chosen.append((node, line))
