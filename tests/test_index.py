@@ -115,3 +115,20 @@ async def test_index_files_are_named_by_hash_not_chat_id(sidecar):
     await sidecar.indexes.save_dirty()
     for path in sidecar.indexes.directory.iterdir():
         assert "evil" not in path.name and path.parent == sidecar.indexes.directory
+
+
+async def test_index_mostly_made_of_deleted_slots_is_rebuilt(sidecar, monkeypatch):
+    import stbme.index.manager as manager
+
+    monkeypatch.setattr(manager, "MIN_DEAD_SLOTS", 4)
+    await _chat_with_memories(sidecar)
+    index = await sidecar.indexes.get("c")
+    live = len(index)
+    nodes = (await sidecar.list_nodes("c", limit=500, type_="event"))["nodes"]
+    for node in nodes[: live - 3]:
+        await sidecar.node_action("c", node["id"], "archive")
+    rebuilt = await sidecar.indexes.get("c")
+    assert rebuilt is not index  # swapped for a compact one on the way
+    assert rebuilt.next_label - len(rebuilt) <= max(4, 2 * len(rebuilt))  # dead slots stay bounded
+    status = await sidecar.chat_status("c")
+    assert len(rebuilt) == status["nodes"] - status["unembedded"] < live

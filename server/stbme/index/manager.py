@@ -19,6 +19,7 @@ from .hnsw import ChatIndex, IndexMismatch
 log = logging.getLogger("stbme.index")
 Progress = Callable[[int, int], None]
 REBUILD_BATCH = 2000
+MIN_DEAD_SLOTS = 1000  # deleted HNSW slots tolerated before a rebuild
 
 
 def _indexable_rows(conn, chat_id: str, embedder_id: str, node_ids: list[str] | None = None,
@@ -142,6 +143,9 @@ class IndexManager:
         index.remove([n for n in node_ids if n not in present])
         await self._upsert_rows(index, [r for r in rows if index.rev_of.get(r["id"]) != r["rev"]])
         self._dirty[chat_id] = time.monotonic()
+        if index.next_label - len(index) > max(MIN_DEAD_SLOTS, 2 * len(index)):
+            # Mostly deleted slots (many rollbacks or archives): searches get slower and worse; rebuild.
+            await self.build(chat_id)
 
     async def save_dirty(self, older_than_s: float = 0.0) -> int:
         """Save the indexes changed at least `older_than_s` seconds ago. Returns how many were saved."""
