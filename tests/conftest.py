@@ -23,6 +23,20 @@ def pytest_report_header(config):
     return [f"sqlite {sqlite3.sqlite_version}, hnswlib {getattr(hnswlib, '__version__', '?')}"]
 
 
+# A short roleplay chat with one planted fact (the silver key) and a few distractors.
+SILVER_KEY_CHAT = [
+    {"role": "user", "name": "Alex", "text": "Hello Elena, where did you hide the silver key?"},
+    {"role": "assistant", "name": "Elena",
+     "text": "I buried the silver key under the old oak tree near the lighthouse."},
+    {"role": "user", "name": "Alex", "text": "Let us go fishing at the harbour tomorrow."},
+    {"role": "assistant", "name": "Elena", "text": "Fine, but bring the red umbrella, it will rain."},
+    {"role": "user", "name": "Alex", "text": "Tell me about the mountains."},
+    {"role": "assistant", "name": "Elena", "text": "The dragon Vorthax sleeps in the northern mountains."},
+    {"role": "user", "name": "Alex", "text": "hmm"},
+    {"role": "assistant", "name": "Elena", "text": "Nothing else to report."},
+]
+
+
 class HashEmbedder(Embedder):
     """Deterministic bag-of-words embedder: texts that share words get similar vectors.
     Unit tests only; end-to-end tests use the real local model."""

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
-from conftest import HashEmbedder, full_sync, settle, sync_body
+from conftest import SILVER_KEY_CHAT, HashEmbedder, full_sync, settle, sync_body
 
 from stbme import config
 from stbme.app import create_app, sidecar_key
@@ -20,17 +20,7 @@ from stbme.errors import StbmeError
 MISSING = object()
 ST_ORIGIN = "http://127.0.0.1:8000"
 
-MESSAGES = [
-    {"role": "user", "name": "Alex", "text": "Hello Elena, where did you hide the silver key?"},
-    {"role": "assistant", "name": "Elena",
-     "text": "I buried the silver key under the old oak tree near the lighthouse."},
-    {"role": "user", "name": "Alex", "text": "Let us go fishing at the harbour tomorrow."},
-    {"role": "assistant", "name": "Elena", "text": "Fine, but bring the red umbrella, it will rain."},
-    {"role": "user", "name": "Alex", "text": "Tell me about the mountains."},
-    {"role": "assistant", "name": "Elena", "text": "The dragon Vorthax sleeps in the northern mountains."},
-    {"role": "user", "name": "Alex", "text": "hmm"},
-    {"role": "assistant", "name": "Elena", "text": "Nothing else to report."},
-]
+MESSAGES = SILVER_KEY_CHAT
 
 
 def url(chat_id: str, rest: str = "") -> str:

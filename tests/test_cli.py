@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from conftest import HashEmbedder, full_sync, settle
+from conftest import SILVER_KEY_CHAT, HashEmbedder, full_sync, settle
 
 from stbme import __version__, config
 from stbme.cli import main, settings_markdown
@@ -23,17 +23,7 @@ from stbme.sidecar import Sidecar
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
-MESSAGES = [
-    {"role": "user", "name": "Alex", "text": "Hello Elena, where did you hide the silver key?"},
-    {"role": "assistant", "name": "Elena",
-     "text": "I buried the silver key under the old oak tree near the lighthouse."},
-    {"role": "user", "name": "Alex", "text": "Let us go fishing at the harbour tomorrow."},
-    {"role": "assistant", "name": "Elena", "text": "Fine, but bring the red umbrella, it will rain."},
-    {"role": "user", "name": "Alex", "text": "Tell me about the mountains."},
-    {"role": "assistant", "name": "Elena", "text": "The dragon Vorthax sleeps in the northern mountains."},
-    {"role": "user", "name": "Alex", "text": "hmm"},
-    {"role": "assistant", "name": "Elena", "text": "Nothing else to report."},
-]
+MESSAGES = SILVER_KEY_CHAT
 
 
 def run(*args: str, env: dict | None = None, expect: int = 0):
