@@ -236,6 +236,7 @@ async def test_maintenance_failure_degrades(tmp_path, embedder, fake):
 
 # -- failures ---------------------------------------------------------------------------------------
 async def test_dead_llm_parks_the_batch_and_loses_nothing(llm_sc, fake):
+    await llm_sc.update_settings({"llm.degrade_when_down": False})
     chat = make_chat(random.Random(7), 2)
     await full_sync(llm_sc, "c", chat)
     fake.statuses = [500] * 100
@@ -246,6 +247,30 @@ async def test_dead_llm_parks_the_batch_and_loses_nothing(llm_sc, fake):
     fake.statuses = []
     snap = await ingest(llm_sc, "c", chat)
     assert snap["processed_upto"] == 3 and llm_nodes(snap, "event")
+
+
+async def test_dead_llm_degrades_then_the_batches_are_redone(llm_sc, fake):
+    """While the LLM is down the chat still gets its heuristic memories; once it answers again the
+    batches made without it are undone and redone, ending exactly where a fresh ingest ends."""
+    chat = make_chat(random.Random(7), 3)
+    await full_sync(llm_sc, "c", chat)
+    fake.statuses = [500] * 1000
+    await llm_sc.process_chat("c")
+    status = await llm_sc.chat_status("c")
+    assert status["processed_upto"] == 5 and status["degraded_from"] == 0 and status["nodes"] > 0
+    calls = len(fake.calls)
+    assert calls == 2  # one failing batch (with its retry); later batches did not wait on the dead LLM
+    degraded = await snapshot(llm_sc, "c")
+    assert not llm_nodes(degraded, "event")
+    fake.statuses = []
+    await llm_sc.process_chat("c")  # still inside the retry pause: nothing redone yet
+    assert (await llm_sc.chat_status("c"))["degraded_from"] == 0
+    llm_sc.llm_retry_at = 0.0  # the pause is over
+    await llm_sc.process_chat("c")
+    live = await snapshot(llm_sc, "c")
+    assert (await llm_sc.chat_status("c"))["degraded_from"] is None and llm_nodes(live, "event")
+    fresh = await ingest(llm_sc, "fresh", chat)
+    assert live == fresh
 
 
 async def test_garbage_json_is_retried_with_a_reminder(llm_sc, fake):

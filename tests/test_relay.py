@@ -83,6 +83,7 @@ async def _processed(sc, upto):
 
 async def test_without_extension_the_job_is_parked_then_resumed(relay_client):
     sc = relay_client.server.app[sidecar_key]
+    await sc.update_settings({"llm.degrade_when_down": False})
     await full_sync(relay_client, "c", make_chat(random.Random(2), 1))
 
     async def parked():
@@ -95,6 +96,24 @@ async def test_without_extension_the_job_is_parked_then_resumed(relay_client):
     ws, task = await extension(relay_client)  # connecting resumes the parked job
     await wait_for(lambda: _processed(sc, 1))
     assert await llm_node_count(sc) > 0
+    await ws.close()
+    task.cancel()
+
+
+async def test_without_extension_memories_are_made_without_llm_then_redone(relay_client):
+    sc = relay_client.server.app[sidecar_key]
+    await full_sync(relay_client, "c", make_chat(random.Random(2), 1))
+
+    async def degraded():
+        status = await sc.chat_status("c")
+        return status["degraded_from"] == 0 and status["processed_upto"] == 1 and status["jobs"]["pending"] == 0
+
+    await wait_for(degraded)
+    assert (await sc.chat_status("c"))["nodes"] > 0 and await llm_node_count(sc) == 0  # heuristic only
+    ws, task = await extension(relay_client)  # the LLM is reachable again: the batch is redone with it
+    await wait_for(lambda: llm_node_count(sc))
+    status = await sc.chat_status("c")
+    assert status["degraded_from"] is None and status["processed_upto"] == 1
     await ws.close()
     task.cancel()
 

@@ -170,6 +170,11 @@ SETTINGS: tuple[Setting, ...] = (
     S("llm.json_retries", 1, "int",
       "Retries of an answer that is not JSON (the bad answer is sent back with a strict-JSON reminder); "
       "extraction gets one more.", min=0, max=5),
+    S("llm.degrade_when_down", True, "bool",
+      "When the memory LLM is unreachable, process messages without it (heuristic memories, directives) and "
+      "redo those batches once it answers again; off: wait (the job is retried, then parked).", per_chat=True),
+    S("llm.redo_degraded_after_s", 300.0, "float",
+      "How often to try redoing batches made while the LLM was down, in seconds.", min=5, max=86400),
     S("llm.relay_timeout_s", 180.0, "float",
       "llm.mode = relay: how long to wait for the extension to answer one request, in seconds.", min=5, max=3600),
     # LLM extraction

@@ -33,10 +33,10 @@ from .pipeline.stages import default_stages
 from .pipeline.lexical import LexicalIndexes
 from .pipeline.recall import RecallQuery, recall
 from .pipeline.rerank import rerank
-from .pipeline.sync import apply_sync, parse_sync_request
+from .pipeline.sync import apply_sync, parse_sync_request, undo_memories_from
 from .store import Store
 from .store.events import record_event
-from .store.jobs import claim_next_job, finish_job, prune_done_jobs, queue_depth, requeue_interrupted
+from .store.jobs import claim_next_job, enqueue_job, finish_job, prune_done_jobs, queue_depth, requeue_interrupted
 from .store.migrations import schema_version
 from .store.queries import message_count
 
@@ -90,6 +90,7 @@ class Sidecar:
         self._wake = asyncio.Event()
         self._retry_at: dict[str, float] = {}
         self._known_chats: set[str] = set()
+        self.llm_retry_at = 0.0  # monotonic time before which batches do not call a failing LLM
         self._tasks: list[asyncio.Task] = []
         self._busy: set[str] = set()
         self._reembed: dict | None = None
@@ -224,10 +225,12 @@ class Sidecar:
         (the relay) connects."""
         if self._closed:
             return
+        self.llm_retry_at = 0.0  # a new configuration or a connected extension: try the LLM again now
 
         def requeue(conn):
             conn.execute("UPDATE jobs SET state = 'pending', attempts = 0, updated_at = ? WHERE state = 'failed'"
                          " AND kind = 'process'", (time.time(),))
+            _queue_degraded_chats(conn)  # batches made without the LLM get redone
 
         self.store.write_nowait(requeue)
         self._wake.set()
@@ -302,15 +305,55 @@ class Sidecar:
         """Turn every pending message of the chat into memories, batch by batch. Returns batches run."""
         batches = 0
         started = time.monotonic()
+        redo_tried = False
         while True:
             ctx = await run_next_batch(self, chat_id, self.stages)
             if ctx is None:
+                if not redo_tried and await self._redo_degraded(chat_id):
+                    redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
+                    continue
                 # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
                 # so the job is retried with backoff, then parked with its error).
                 await self.embed_pending(chat_id)
                 return batches
             batches += 1
             self.live.progress("extract", chat_id, ctx.end + 1, ctx.total_messages, started)
+
+    def llm_down(self) -> bool:
+        """The LLM failed lately: batches skip it until `llm_retry_at` instead of failing again."""
+        return time.monotonic() < self.llm_retry_at
+
+    def mark_llm_down(self) -> None:
+        self.llm_retry_at = time.monotonic() + self.settings["llm.redo_degraded_after_s"]
+
+    async def _redo_degraded(self, chat_id: str) -> bool:
+        """Batches made while the LLM was down are undone (exactly, from the journal) and processed
+        again, now that it may answer. True if there was something to redo."""
+        if self.settings.get("llm.mode", chat_id) == "none" or self.llm_down():
+            return False
+
+        def undo(conn):
+            row = conn.execute("SELECT degraded_from FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+            if row is None or row["degraded_from"] is None:
+                return None
+            result, _ = undo_memories_from(conn, chat_id, row["degraded_from"], reason="redo without LLM")
+            return row["degraded_from"], result.touched_nodes
+
+        undone = await self.store.write(undo)
+        if undone is None:
+            return False
+        start, touched = undone
+        await self._apply_index(chat_id, touched)
+        self.live.notice("info", f"the memory LLM answers again: redoing memories from message {start}", chat_id)
+        return True
+
+    async def _wake_degraded(self) -> None:
+        """When the LLM's retry time has come, queue the chats with batches made without it."""
+        if self.llm_down() or self.settings["llm.mode"] == "none":
+            return
+
+        if await self.store.write(_queue_degraded_chats):
+            self._wake.set()
 
     async def index_changes(self, chat_id: str, node_ids) -> None:
         """After a write: update the lexical index, embed what lacks a vector, update the HNSW index."""
@@ -361,6 +404,7 @@ class Sidecar:
             ticks += 1
             try:
                 await self.indexes.save_dirty(older_than_s=self.settings["index.save_every_s"])
+                await self._wake_degraded()
                 if ticks % 12 == 1:
                     await self.store.write(prune_done_jobs)
                     await self._backfill_embeddings()
@@ -444,6 +488,7 @@ class Sidecar:
                                            " (embedding IS NULL OR embedder IS NOT ?)",
                                            (chat_id, self.embeddings.id)).fetchone()[0],
                 "processed_upto": chat["processed_upto"],
+                "degraded_from": chat["degraded_from"],
                 "jobs": {"pending": jobs.get("pending", 0) + jobs.get("running", 0),
                          "failed": jobs.get("failed", 0), "last_error": last_error[0] if last_error else None},
             }
@@ -754,6 +799,16 @@ class Sidecar:
                     "usage": self.llm_usage.snapshot()},
             "uptime_s": round(time.time() - self.started_at, 1),
         }
+
+
+def _queue_degraded_chats(conn) -> list[str]:
+    """Queue processing for chats with batches made while the LLM was down (unless already queued)."""
+    chats = [r[0] for r in conn.execute(
+        "SELECT chat_id FROM chats WHERE degraded_from IS NOT NULL AND chat_id NOT IN"
+        " (SELECT chat_id FROM jobs WHERE state = 'pending' AND kind = 'process')")]
+    for chat in chats:
+        enqueue_job(conn, chat, "process")
+    return chats
 
 
 def _check_fields(fields: Any, type_: str, max_chars: int, partial: dict | None = None) -> dict:

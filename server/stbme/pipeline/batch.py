@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..graph.changes import ChangeSet
+from ..llm.base import LLMError
 from ..store.queries import message_count
 from .sync import Message, load_messages
 
@@ -41,6 +42,7 @@ class BaseStage:
     """Stages override only what they need."""
 
     name = "stage"
+    needs_llm = False   # True: skipped (and the batch marked degraded) while the LLM is unreachable
 
     async def prepare(self, ctx: "BatchContext") -> None:
         return None
@@ -66,6 +68,7 @@ class BatchContext:
     revision: int                     # the chat's revision when the batch was read
     total_messages: int
     data: dict[str, Any] = dataclasses.field(default_factory=dict)   # stage-to-stage hand-over
+    degraded: str | None = None      # why the LLM stages were skipped, if they were
     created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
     touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
 
@@ -142,8 +145,7 @@ async def run_next_batch(sidecar: "Sidecar", chat_id: str, stages: list[Stage]) 
         if picked is None:
             return None
         ctx = BatchContext(sidecar, chat_id, *picked)
-        for stage in stages:
-            await stage.prepare(ctx)
+        active = await _prepare(ctx, stages)
 
         def commit(conn: sqlite3.Connection):
             _check_current(conn, ctx)
@@ -151,11 +153,14 @@ async def run_next_batch(sidecar: "Sidecar", chat_id: str, stages: list[Stage]) 
                             (chat_id,)).fetchone()[0] != ctx.start - 1:
                 raise StaleBatch()
             cs = ChangeSet(conn, chat_id, reason="batch", msg_range=(ctx.start, ctx.end))
-            for stage in stages:
+            for stage in active:
                 cs.reason = stage.name
                 stage.apply(ctx, cs)
             conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
                          (ctx.end, time.time(), chat_id))
+            if ctx.degraded:
+                conn.execute("UPDATE chats SET degraded_from = coalesce(min(degraded_from, ?), ?) WHERE chat_id = ?",
+                             (ctx.start, ctx.start, chat_id))
             return cs.touched_nodes, cs.created_nodes
 
         try:
@@ -165,9 +170,37 @@ async def run_next_batch(sidecar: "Sidecar", chat_id: str, stages: list[Stage]) 
         ctx.touched |= touched
         ctx.created = created
         await sidecar.index_changes(chat_id, touched)
-        for stage in stages:
+        for stage in active:
             try:
                 await stage.after(ctx)
             except StaleBatch:
                 break
         return ctx
+
+
+async def _prepare(ctx: BatchContext, stages: list[Stage]) -> list[Stage]:
+    """Prepare every stage; the stages that will run. When the LLM is unreachable (after its own
+    retries) and `llm.degrade_when_down` is on, the batch goes on without the LLM stages: the chat keeps
+    its heuristic memories and directives, and the batch is redone once the LLM answers again."""
+    sidecar = ctx.sidecar
+    degrade = ctx.setting("llm.degrade_when_down")
+    if degrade and sidecar.llm_down():
+        ctx.degraded = "the LLM failed moments ago"  # do not wait on it again for every batch
+    else:
+        try:
+            for stage in stages:
+                await stage.prepare(ctx)
+            return stages
+        except LLMError as exc:
+            if not degrade:
+                raise
+            sidecar.mark_llm_down()
+            ctx.degraded = exc.message
+    active = [s for s in stages if not getattr(s, "needs_llm", False)]
+    ctx.data.clear()
+    for stage in active:
+        await stage.prepare(ctx)
+    sidecar.live.notice("warning", f"the memory LLM is unreachable ({ctx.degraded}); messages "
+                            f"{ctx.start}-{ctx.end} got memories without it, and will be redone when it answers",
+                            ctx.chat_id)
+    return active

@@ -22,6 +22,7 @@ log = logging.getLogger("stbme.dedupe")
 
 class DedupeStage(BaseStage):
     name = "dedupe"
+    needs_llm = True
 
     async def prepare(self, ctx: BatchContext) -> None:
         plan = ctx.data.get("extract")

@@ -30,6 +30,7 @@ MAX_NEW = 6
 
 class EvolveStage(BaseStage):
     name = "evolve"
+    needs_llm = True
 
     async def after(self, ctx: BatchContext) -> None:
         created = [n for n in ctx.data.get("llm_created", [])]

@@ -134,6 +134,7 @@ def _importance(value: Any, default: float) -> float:
 
 class ExtractStage(BaseStage):
     name = "extract"
+    needs_llm = True
 
     # -- batch boundaries ---------------------------------------------------------------------------
     def batch_end(self, messages: list[Message], every: int, chat_id: str) -> int | None:

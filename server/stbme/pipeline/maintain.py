@@ -39,6 +39,7 @@ def _active(conn, chat_id: str, where: str = "", args: tuple = ()) -> list[Node]
 
 class MaintainStage(BaseStage):
     name = "maintain"
+    needs_llm = True
 
     async def after(self, ctx: BatchContext) -> None:
         every = ctx.setting("extract.every")

@@ -178,14 +178,9 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
     if cut is not None:
         conn.execute("UPDATE chats SET revision = revision + 1 WHERE chat_id = ?", (chat_id,))
         if cut <= processed_upto:
-            undo = journal.rollback_from(conn, chat_id, cut, lambda: bump_node_rev(conn, chat_id))
+            undo, processed_upto = undo_memories_from(conn, chat_id, cut, reason="chat changed")
             rolled_back = undo.entries
             touched = undo.touched_nodes
-            restart = min(cut, undo.reprocess_from if undo.reprocess_from is not None else cut)
-            processed_upto = restart - 1
-            conn.execute("DELETE FROM mentions WHERE chat_id = ? AND idx >= ?", (chat_id, restart))
-            record_event(conn, chat_id, "rollback", diverged_at=cut, entries=undo.entries,
-                         batches=undo.batches, reprocess_from=restart)
         conn.execute("DELETE FROM messages WHERE chat_id = ? AND idx >= ?", (chat_id, cut))
         stored_length = min(stored_length, cut)
     if diverged is not None:
@@ -212,6 +207,20 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
     need_from = None if whole_chat else end + 1
     return SyncResult(status, stored_length, diverged if cut is not None else None, need_from, processed_upto,
                       queued, rolled_back, touched)
+
+
+def undo_memories_from(conn: sqlite3.Connection, chat_id: str, index: int, *, reason: str):
+    """Undo every memory change derived from messages >= index (whole batches), so processing starts
+    again where the first undone batch started. Returns the undo and the new processed_upto."""
+    undo = journal.rollback_from(conn, chat_id, index, lambda: bump_node_rev(conn, chat_id))
+    restart = min(index, undo.reprocess_from if undo.reprocess_from is not None else index)
+    processed_upto = restart - 1
+    conn.execute("DELETE FROM mentions WHERE chat_id = ? AND idx >= ?", (chat_id, restart))
+    conn.execute("UPDATE chats SET processed_upto = min(processed_upto, ?), revision = revision + 1,"
+                 " degraded_from = NULL WHERE chat_id = ?", (processed_upto, chat_id))
+    record_event(conn, chat_id, "rollback", diverged_at=index, entries=undo.entries, batches=undo.batches,
+                 reprocess_from=restart, reason=reason)
+    return undo, processed_upto
 
 
 def _has_open_job(conn: sqlite3.Connection, chat_id: str, states=("pending", "running")) -> bool:

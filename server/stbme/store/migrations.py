@@ -207,6 +207,12 @@ def m003_dna(conn: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m004_degraded_batches(conn: sqlite3.Connection) -> None:
+    # First message of a batch processed without the LLM (it was down): redone once it answers again.
+    conn.execute("ALTER TABLE chats ADD COLUMN degraded_from INTEGER")
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     # Not executescript(): it COMMITs first, which would split the migration's transaction.
     for statement in script.split(";\n"):
