@@ -149,3 +149,13 @@ async def test_archived_memories_leave_recall_and_come_back(sidecar):
     assert node_id not in [m["id"] for m in (await sidecar.recall("c", {"query": "vault code"}))["memories"]]
     await sidecar.node_action("c", node_id, "restore")
     assert node_id in [m["id"] for m in (await sidecar.recall("c", {"query": "vault code"}))["memories"]]
+
+
+def test_corrections_render_as_instructions():
+    from stbme.pipeline.render import render_line
+
+    node = Node(id="a", chat_id="c", type="correction",
+                fields={"content": "no, her eyes are green, not blue", "wrong": "blue", "right": "green"})
+    assert render_line(node, "en") == '- no, her eyes are green, not blue (use "green", not "blue")'
+    node.fields = {"content": "不是蓝色，是绿色", "wrong": "蓝色", "right": "绿色"}
+    assert render_line(node, "zh") == "- 不是蓝色，是绿色（应为“绿色”，而非“蓝色”）"

@@ -47,6 +47,7 @@ class Node:
     evolution: list[dict] = dataclasses.field(default_factory=list)
     source: str = "heuristic"
     rev: int = 0
+    layer: str = "working"  # DNA Memory: working -> short_term -> long_term (set by stbme.dna.dynamics)
 
     @property
     def label(self) -> str:
@@ -64,7 +65,7 @@ class Node:
             "archived": self.archived, "locked": self.locked, "pinned": self.pinned, "scope": self.scope,
             "story_time": self.story_time, "tags": self.tags, "access_count": self.access_count,
             "last_access": self.last_access, "created_at": self.created_at, "updated_at": self.updated_at,
-            "evolution": self.evolution, "source": self.source, "embedder": self.embedder,
+            "evolution": self.evolution, "source": self.source, "embedder": self.embedder, "layer": self.layer,
         }
 
 
@@ -72,6 +73,7 @@ NODE_COLUMNS = (
     "id", "chat_id", "type", "fields", "importance", "weight", "seq_from", "seq_to", "level", "parent_id",
     "children", "archived", "locked", "pinned", "scope", "story_time", "tags", "embedding", "embedder",
     "text_hash", "access_count", "last_access", "created_at", "updated_at", "evolution", "source", "rev",
+    "layer",
 )
 _JSON_NODE = {"fields", "children", "tags", "evolution", "story_time"}
 _BOOL_NODE = {"archived", "locked", "pinned"}

@@ -58,6 +58,13 @@ def render_line(node: Node, lang: str) -> str:
         speaker = f"{f['speaker']}: " if f.get("speaker") else ""
         body = field_text(f.get("title")) + (" — " if f.get("title") else "") + field_text(f.get("summary"))
         return f"- {where}{speaker}{body}".strip()
+    if node.type == "correction" and f.get("right"):  # the user's words, then what to use instead of what
+        right, wrong = field_text(f["right"]), field_text(f.get("wrong"))
+        if lang == "zh":
+            hint = f"（应为“{right}”" + (f"，而非“{wrong}”）" if wrong else "）")
+        else:
+            hint = f' (use "{right}"' + (f', not "{wrong}")' if wrong else ")")
+        return f"- {field_text(f.get('content'))}{hint}"
     head = field_text(f.get("name") or f.get("title") or "")
     rest = [f"{k}: {field_text(v)}" for k, v in f.items()
             if k not in ("name", "title") and k not in _HIDDEN_FIELDS and field_text(v)]
