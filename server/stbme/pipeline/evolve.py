@@ -21,6 +21,7 @@ from ..graph.changes import ChangeSet
 from ..graph.model import node_from_row
 from ..llm.base import LLMError
 from ..store.events import record_event
+from ..store.queries import nodes_by_ids
 from .batch import BaseStage, BatchContext
 from .prompting import KeyMap, as_list, ask, memory_line, nearest, norm_key
 
@@ -36,9 +37,8 @@ class EvolveStage(BaseStage):
         created = [n for n in ctx.data.get("llm_created", [])]
         if not created or not ctx.setting("evolve.enabled"):
             return
-        rows = await ctx.sidecar.store.read(lambda conn: conn.execute(
-            f"SELECT * FROM nodes WHERE chat_id = ? AND archived = 0 AND embedding IS NOT NULL AND id IN"
-            f" ({','.join('?' * len(created))})", (ctx.chat_id, *created)).fetchall())
+        rows = await ctx.sidecar.store.read(lambda conn: nodes_by_ids(
+            conn, ctx.chat_id, created, where="AND archived = 0 AND embedding IS NOT NULL"))
         by_id = {r["id"]: node_from_row(r) for r in rows}
         new_nodes = [by_id[n] for n in created if n in by_id][:MAX_NEW]
         keys = KeyMap("M")
