@@ -364,3 +364,20 @@ async def test_rerank_picks_and_orders_and_falls_back_on_a_hang(llm_sc, fake):
     fallback = await llm_sc.recall("c", query)
     assert fallback["degraded"].startswith("rerank timed out")
     assert [m["id"] for m in fallback["memories"]] == [m["id"] for m in plain["memories"]]  # the scored order
+
+
+async def test_an_edit_after_the_degraded_batches_keeps_them_marked(llm_sc, fake):
+    chat = make_chat(random.Random(17), 4)
+    await full_sync(llm_sc, "c", chat)
+    fake.statuses = [500] * 1000
+    await llm_sc.process_chat("c")
+    assert (await llm_sc.chat_status("c"))["degraded_from"] == 0
+    chat[6] = {**chat[6], "text": "An edit late in the chat."}
+    await full_sync(llm_sc, "c", chat)  # undoes only the last batch
+    await llm_sc.process_chat("c")
+    assert (await llm_sc.chat_status("c"))["degraded_from"] == 0  # the earlier degraded batches still need redoing
+    fake.statuses = []
+    llm_sc.llm_retry_at = 0.0
+    await llm_sc.process_chat("c")
+    assert (await llm_sc.chat_status("c"))["degraded_from"] is None
+    assert await snapshot(llm_sc, "c") == await ingest(llm_sc, "fresh", chat)
