@@ -17,6 +17,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from . import __version__, config
 from .embed import Embedder
 from .errors import BadRequest, NotFound, PayloadTooLarge, StbmeError, Unauthorized
+from .live import PollSessions
 from .sidecar import Sidecar, check_chat_id
 from .store.jobs import enqueue_job
 
@@ -24,6 +25,7 @@ log = logging.getLogger("stbme.http")
 sidecar_key = web.AppKey("sidecar", Sidecar)
 token_key = web.AppKey("token", str)
 sockets_key = web.AppKey("sockets", weakref.WeakSet)
+polls_key = web.AppKey("polls", PollSessions)
 DEFAULT_PORT = 8765
 
 
@@ -283,14 +285,14 @@ async def live_socket(request):
             except orjson.JSONDecodeError:
                 await ws.send_str(orjson.dumps({"type": "error", "message": "send JSON messages"}).decode())
                 continue
-            if isinstance(data, dict) and data.get("type") == "ping":
-                await ws.send_str('{"type":"pong"}')
-            elif isinstance(data, dict) and data.get("type") == "hello" and relay_peer is None and (
+            if isinstance(data, dict) and data.get("type") == "hello" and relay_peer is None and (
                     data.get("client") == "st-extension" or data.get("relay") is True):
                 # The extension can run LLM requests on the user's ST connection (llm.mode = relay).
                 relay_peer = sc.relay.attach(queue.put_nowait)
-            elif isinstance(data, dict) and data.get("type") == "relay_response":
-                sc.relay.resolve(data)
+            else:
+                reply = client_message(sc, data)
+                if reply is not None:
+                    await ws.send_str(orjson.dumps(reply).decode())
     finally:
         if relay_peer is not None:
             sc.relay.detach(relay_peer)
@@ -300,6 +302,47 @@ async def live_socket(request):
         sc.live.unsubscribe(queue)
         request.app[sockets_key].discard(ws)
     return ws
+
+
+def client_message(sc: Sidecar, data: Any) -> dict | None:
+    """A message from an extension on the live channel (WebSocket or long-poll); the reply, if any."""
+    if not isinstance(data, dict):
+        return {"type": "error", "message": "send JSON objects"}
+    if data.get("type") == "ping":
+        return {"type": "pong"}
+    if data.get("type") == "relay_response":
+        sc.relay.resolve(data)
+    return None
+
+
+def _poll_client(body: Any) -> str:
+    client_id = body.get("client_id") if isinstance(body, dict) else None
+    if not isinstance(client_id, str) or not 8 <= len(client_id) <= 128:
+        raise BadRequest("'client_id' must be a string of 8-128 characters, the same for every poll",
+                         field="client_id")
+    return client_id
+
+
+async def live_poll(request):
+    """The live channel over long-poll: {client_id, wait_s, relay} -> {messages} (within wait_s)."""
+    body = await read_json(request)
+    sc, sessions = _sc(request), request.app[polls_key]
+    client_id = _poll_client(body)
+    wait_s = body.get("wait_s", 20)
+    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= 50:
+        raise BadRequest("'wait_s' must be a number from 0 to 50 (seconds)", field="wait_s")
+    session = sessions.get(client_id)
+    if body.get("relay") is True and session.relay_peer is None:
+        session.relay_peer = sc.relay.attach(session.queue.put_nowait)
+    return json_response({"messages": await sessions.wait(session, float(wait_s))})
+
+
+async def live_send(request):
+    """A message from a long-poll client (relay_response, ping): {client_id, message} -> {reply}."""
+    body = await read_json(request)
+    sc, sessions = _sc(request), request.app[polls_key]
+    sessions.get(_poll_client(body))
+    return json_response({"reply": client_message(sc, body.get("message"))})
 
 
 def setup_routes(app: web.Application) -> None:
@@ -326,6 +369,8 @@ def setup_routes(app: web.Application) -> None:
     r.add_post(chat + "/import", import_chat)
     r.add_post(chat + "/reindex", reindex)
     r.add_get("/v1/ws", live_socket)
+    r.add_post("/v1/live/poll", live_poll)
+    r.add_post("/v1/live/send", live_send)
     from .dna.routes import setup_dna_routes  # here: the DNA routes import this module
 
     setup_dna_routes(app)
@@ -346,6 +391,8 @@ def create_app(data_dir: Path | str, *, host: str = "127.0.0.1", token: str | No
     app[sidecar_key] = sidecar
     app[token_key] = token or ""
     app[sockets_key] = weakref.WeakSet()
+    polls = app[polls_key] = PollSessions(sidecar.live)
+    polls.on_close.append(lambda s: s.relay_peer is not None and sidecar.relay.detach(s.relay_peer))
     setup_routes(app)
 
     async def lifecycle(app: web.Application):
@@ -358,6 +405,7 @@ def create_app(data_dir: Path | str, *, host: str = "127.0.0.1", token: str | No
         # the shutdown until its timeout if it were closed only in the cleanup.
         for ws in list(app[sockets_key]):
             await ws.close(code=WSCloseCode.GOING_AWAY, message=b"sidecar shutting down")
+        app[polls_key].close_all()  # waiting long-polls return at once
 
     app.cleanup_ctx.append(lifecycle)
     app.on_shutdown.append(close_sockets)

@@ -53,3 +53,72 @@ class LiveHub:
         eta = (elapsed / done * (total - done)) if done and total else None
         self.publish({"type": "progress", "task": task, "chat_id": chat_id, "done": done, "total": total,
                       "eta_s": None if eta is None else round(eta, 1)})
+
+
+class PollSession:
+    """One client of the live channel over HTTP long-poll (for browsers that reach the sidecar only
+    through SillyTavern's proxy plugin, which cannot carry a WebSocket)."""
+
+    def __init__(self, queue: asyncio.Queue):
+        self.queue = queue
+        self.last_seen = time.monotonic()
+        self.relay_peer: int | None = None
+        self.busy = False
+
+
+class PollSessions:
+    """Long-poll sessions by client id; a session nobody polled for `ttl_s` is closed (its relay
+    requests fail at once instead of waiting for their timeout)."""
+
+    def __init__(self, hub: LiveHub, ttl_s: float = 60.0):
+        self.hub = hub
+        self.ttl_s = ttl_s
+        self._sessions: dict[str, PollSession] = {}
+        self.on_close: list = []  # callbacks(session) run when a session expires or closes
+
+    def get(self, client_id: str) -> PollSession:
+        self.expire()
+        session = self._sessions.get(client_id)
+        if session is None:
+            session = self._sessions[client_id] = PollSession(self.hub.subscribe())
+        session.last_seen = time.monotonic()
+        return session
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for client_id, session in list(self._sessions.items()):
+            if not session.busy and now - session.last_seen > self.ttl_s:
+                self.close(client_id)
+
+    def close(self, client_id: str) -> None:
+        session = self._sessions.pop(client_id, None)
+        if session is None:
+            return
+        self.hub.unsubscribe(session.queue)
+        if session.queue.full():
+            session.queue.get_nowait()
+        session.queue.put_nowait({"type": "closed", "message": "live session closed; poll again to reopen"})
+        for callback in self.on_close:
+            callback(session)
+
+    def close_all(self) -> None:
+        for client_id in list(self._sessions):
+            self.close(client_id)
+
+    async def wait(self, session: PollSession, wait_s: float, limit: int = 100) -> list[dict]:
+        """Messages for the session: at once if some are queued, else the first within wait_s."""
+        session.busy = True
+        try:
+            messages = []
+            if session.queue.empty():
+                try:
+                    async with asyncio.timeout(wait_s):
+                        messages.append(await session.queue.get())
+                except TimeoutError:
+                    return []
+            while not session.queue.empty() and len(messages) < limit:
+                messages.append(session.queue.get_nowait())
+            return messages
+        finally:
+            session.busy = False
+            session.last_seen = time.monotonic()

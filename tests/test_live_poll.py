@@ -1,0 +1,104 @@
+"""The live channel over HTTP long-poll (for the ST proxy plugin route): notices, progress and the LLM
+relay without a WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+import orjson
+
+from conftest import full_sync
+from fake_openai import answer
+from stbme.app import create_app, polls_key, sidecar_key
+from test_sync_rollback import make_chat
+
+CLIENT = "phone-client-1"
+
+
+async def poll(client, wait_s=5, relay=False):
+    resp = await client.post("/v1/live/poll", json={"client_id": CLIENT, "wait_s": wait_s, "relay": relay})
+    data = await resp.json()
+    assert resp.status == 200, data
+    return data["messages"]
+
+
+async def test_poll_returns_notices_and_empty_after_the_wait(client):
+    sc = client.server.app[sidecar_key]
+    assert await poll(client, wait_s=0) == []  # opens the session
+    sc.live.notice("info", "hello phone")
+    messages = await poll(client)
+    assert messages == [{"type": "notice", "level": "info", "message": "hello phone", "chat_id": None}]
+    assert await poll(client, wait_s=0.05) == []
+
+
+async def test_poll_waits_for_the_next_message(client):
+    sc = client.server.app[sidecar_key]
+    await poll(client, wait_s=0)
+    waiting = asyncio.create_task(poll(client, wait_s=10))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    sc.live.publish({"type": "progress", "task": "extract", "chat_id": "c", "done": 1, "total": 2, "eta_s": 1})
+    assert (await waiting)[0]["type"] == "progress"
+
+
+async def test_bad_poll_requests_name_the_field(client):
+    resp = await client.post("/v1/live/poll", json={"client_id": "x"})
+    assert resp.status == 400 and (await resp.json())["field"] == "client_id"
+    resp = await client.post("/v1/live/poll", json={"client_id": CLIENT, "wait_s": 500})
+    assert resp.status == 400 and (await resp.json())["field"] == "wait_s"
+    resp = await client.post("/v1/live/send", json={"client_id": CLIENT, "message": {"type": "ping"}})
+    assert (await resp.json())["reply"] == {"type": "pong"}
+
+
+async def test_expired_session_stops_relaying(client):
+    sc = client.server.app[sidecar_key]
+    await poll(client, wait_s=0, relay=True)
+    assert sc.relay.connected == 1
+    sessions = client.server.app[polls_key]
+    sessions.ttl_s = 0.0
+    sessions.expire()
+    assert sc.relay.connected == 0
+
+
+@pytest.fixture
+async def relay_poll_client(aiohttp_client, tmp_path, embedder):
+    app = create_app(tmp_path / "data", embedder=embedder,
+                     cli_settings={"llm.mode": "relay", "llm.relay_timeout_s": 10})
+    return await aiohttp_client(app)
+
+
+async def test_relay_over_long_poll(relay_poll_client):
+    """An extension on the proxy route answers relayed LLM requests through poll + send."""
+    client = relay_poll_client
+    sc = client.server.app[sidecar_key]
+    await poll(client, wait_s=0, relay=True)
+    stop = asyncio.Event()
+
+    async def extension():
+        while not stop.is_set():
+            for message in await poll(client, wait_s=1, relay=True):
+                if message["type"] == "relay_request":
+                    system, user = message["messages"][0]["content"], message["messages"][1]["content"]
+                    task = system.split("]", 1)[0].removeprefix("[stbme:")
+                    text = orjson.dumps(answer(task, user)).decode()
+                    await client.post("/v1/live/send", json={"client_id": CLIENT, "message": {
+                        "type": "relay_response", "id": message["id"], "text": text}})
+
+    task = asyncio.create_task(extension())
+    try:
+        await full_sync(client, "c", make_chat(random.Random(3), 1))
+        for _ in range(300):
+            status = await sc.chat_status("c")
+            if status["processed_upto"] == 1 and status["jobs"]["pending"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert status["degraded_from"] is None
+        kinds = await sc.store.read(lambda conn: [r[0] for r in conn.execute(
+            "SELECT DISTINCT source FROM nodes WHERE chat_id = 'c'")])
+        assert "llm" in kinds  # memories written by the relayed extraction
+    finally:
+        stop.set()
+        await task
