@@ -8,6 +8,7 @@
 import { ApiError, SidecarClient } from './lib/client.js';
 import { OutageNotifier, adviceFor, withDeadline } from './lib/failopen.js';
 import { LiveChannel } from './lib/live.js';
+import { LongPollChannel } from './lib/longpoll.js';
 import { runRelayRequest } from './lib/relay.js';
 import {
     DEFAULTS, MODULE_NAME, PROMPT_ROLES, PROMPT_TYPES, buildRecallRequest, formatControlValue, getSettings,
@@ -24,6 +25,8 @@ const INTERCEPTOR = 'stbme_generateInterceptor';
 const TOAST_TITLE = 'ST-BME memory';
 const HEALTH_EVERY_MS = 15000;
 const PROXY_POLL_MS = 5000;
+/** Seconds one long-poll may wait at the sidecar (the proxy plugin allows 120 s by default). */
+const LONG_POLL_S = 20;
 const BROWSER_PAGE = 20;
 
 /** The folder ST serves us from, e.g. /scripts/extensions/third-party/st-bme-sidecar/ */
@@ -32,6 +35,11 @@ const BASE_URL = new URL('.', import.meta.url);
 const EXTENSION_NAME = (() => {
     const m = decodeURIComponent(BASE_URL.pathname).match(/\/scripts\/extensions\/(.+?)\/?$/);
     return m ? m[1] : 'third-party/st-bme-sidecar';
+})();
+/** ST's web root (where script.js is), from our own URL, so a path prefix in front of ST is kept. */
+const ST_ROOT = (() => {
+    const m = BASE_URL.pathname.match(/^(.*?)\/scripts\/extensions\//);
+    return new URL(`${m ? m[1] : ''}/`, BASE_URL);
 })();
 
 const state = {
@@ -42,6 +50,8 @@ const state = {
     client: null,
     /** @type {ChatSyncer} */
     syncer: null,
+    /** @type {LongPollChannel} long-poll form of the live channel, through the proxy */
+    longPoll: null,
     /** @type {LiveChannel} */
     live: null,
     outage: new OutageNotifier(),
@@ -206,14 +216,30 @@ function updateLiveChannel() {
     if (wantWs) state.live.start();
     else state.live.stop();
 
-    // Through the proxy there is no WebSocket (ST's plugin router cannot upgrade): poll the chat status.
+    // Through the proxy there is no WebSocket (ST's plugin router cannot upgrade): the same messages,
+    // relay requests included, come by long-poll; the chat status is polled for the progress line.
     const wantPoll = state.settings.enabled && state.settings.liveChannel && state.client.route === 'proxy';
+    if (!state.longPoll) {
+        state.longPoll = new LongPollChannel({
+            post: (path, body, { signal }) => state.client.post(path, body, { signal, timeoutMs: (LONG_POLL_S + 15) * 1000 }),
+            onMessage: onLiveMessage,
+            onState: s => { state.wsState = s; renderStatus(); },
+            waitS: LONG_POLL_S,
+        });
+    }
+    if (wantPoll) state.longPoll.start();
+    else state.longPoll.stop();
     if (wantPoll && !state.pollTimer) {
         state.pollTimer = setInterval(() => { pollStatus().catch(() => {}); }, PROXY_POLL_MS);
     } else if (!wantPoll && state.pollTimer) {
         clearInterval(state.pollTimer);
         state.pollTimer = null;
     }
+}
+
+/** The live channel in use: the WebSocket on the direct route, the long-poll through the proxy. */
+function liveChannel() {
+    return state.client?.route === 'proxy' ? state.longPoll : state.live;
 }
 
 async function pollStatus() {
@@ -254,7 +280,7 @@ function onLiveMessage(message) {
         }
         case 'relay_request':
             // llm.mode = relay: run the memory task on the user's current ST connection, answer on the socket.
-            runRelayRequest(message, () => SillyTavern.getContext()).then(reply => state.live?.send(reply));
+            relayContext().then(c => runRelayRequest(message, () => c)).then(reply => liveChannel()?.send(reply));
             break;
         case 'job':
             if (message.state === 'failed') toast('error', `Memory processing failed: ${message.error ?? 'unknown error'}. The chat is unaffected.`);
@@ -266,6 +292,22 @@ function onLiveMessage(message) {
             break;
         default:
             break;
+    }
+}
+
+/**
+ * ST's context for the relay. In ST 1.12 `generateRaw` is only an export of script.js, not on getContext()
+ * (newer ST has it there); importing script.js by its URL returns the module the page already runs. Never throws.
+ */
+async function relayContext() {
+    const c = ctx();
+    if (typeof c.generateRaw === 'function') return c;
+    try {
+        const { generateRaw } = await import(new URL('script.js', ST_ROOT).href);
+        return typeof generateRaw === 'function' ? { ...c, generateRaw } : c;
+    } catch (error) {
+        console.warn(LOG, 'generateRaw not found', error);
+        return c;
     }
 }
 
@@ -507,8 +549,8 @@ async function registerSlashCommands() {
     if (SlashCommandParser && (!SlashCommand || !SlashCommandArgument)) {
         // ST 1.12 exposes only the parser on the context; the classes are ES modules next to it.
         try {
-            ({ SlashCommand } = await import('/scripts/slash-commands/SlashCommand.js'));
-            ({ SlashCommandArgument, SlashCommandNamedArgument, ARGUMENT_TYPE } = await import('/scripts/slash-commands/SlashCommandArgument.js'));
+            ({ SlashCommand } = await import(new URL('scripts/slash-commands/SlashCommand.js', ST_ROOT).href));
+            ({ SlashCommandArgument, SlashCommandNamedArgument, ARGUMENT_TYPE } = await import(new URL('scripts/slash-commands/SlashCommandArgument.js', ST_ROOT).href));
         } catch (error) {
             console.warn(LOG, 'slash command classes not found', error);
         }
@@ -737,12 +779,14 @@ function onLocalSettingChanged(input, key) {
         state.schema = null;
         state.outage.succeeded();
         state.live?.restart();
+        if (state.longPoll && !state.longPoll.stopped) state.longPoll.restart();
         checkHealth().catch(() => {});
     }
     if (key === 'enabled') {
         if (!value) {
             clearSlot();
             state.live?.stop();
+            state.longPoll?.stop();
             state.connection = 'off';
         } else {
             scheduleSync({ force: true, delay: 50 });
@@ -1075,7 +1119,7 @@ function openInjectionView() {
         const content = h('div', { class: 'stbme_popup' }, [
             h('h3', { text: 'Memories used for the last generation' }),
             h('p', { text: $id('stbme_injection_summary')?.textContent ?? (inj ? inj.status : 'No generation yet.') }),
-            h('pre', { class: 'stbme_block', text: inj?.text ?? '' }),
+            inj?.text ? h('pre', { class: 'stbme_block', text: inj.text }) : null,
         ]);
         c.callGenericPopup(content, c.POPUP_TYPE.TEXT, '', { wide: true, allowVerticalScrolling: true });
         return;

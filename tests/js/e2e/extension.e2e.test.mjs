@@ -335,6 +335,9 @@ test('through the ST server plugin when the user picks it', async () => {
     assert.ok(injected);
     assert.match(injected.message.content, /blue stone/);
     assert.ok(st.proxied.slice(before).some(r => r.includes('/recall')), 'recall went through /api/plugins/stbme');
+    // No WebSocket through ST's plugin router: the live channel (notices, progress, LLM relay) long-polls.
+    await page.waitForFunction(() => window.stbme.state.longPoll?.state === 'open', null, { timeout: 15000 });
+    assert.ok(st.proxied.some(r => r.includes('/v1/live/poll')), 'the live channel long-polls through the plugin');
     await page.screenshot({ path: path.join(SCREENSHOTS, 'proxy.png'), fullPage: true });
 
     // automatic: the direct URL is dead (a phone cannot reach the PC's 127.0.0.1), the plugin is used
