@@ -9,7 +9,7 @@ import pytest
 from conftest import full_sync, settle
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
-from stbme.pipeline.lexical import LexicalIndex, tokenize
+from stbme.pipeline.lexical import LexicalIndex, LexicalIndexes, tokenize
 from stbme.pipeline.render import detect_language, render_block
 from stbme.tokens import count_tokens, truncate_to_tokens
 
@@ -159,3 +159,25 @@ def test_corrections_render_as_instructions():
     assert render_line(node, "en") == '- no, her eyes are green, not blue (use "green", not "blue")'
     node.fields = {"content": "不是蓝色，是绿色", "wrong": "蓝色", "right": "绿色"}
     assert render_line(node, "zh") == "- 不是蓝色，是绿色（应为“绿色”，而非“蓝色”）"
+
+
+async def test_lexical_index_is_saved_and_reconciled_on_load(sidecar):
+    await _chat(sidecar, {4: "The vault code is 4417."})
+    lexical = sidecar.lexical
+    await lexical.get("c")
+    assert await lexical.save_dirty() == 1 and lexical.path("c").exists()
+    node = (await sidecar.recall("c", {"query": "vault code"}))["memories"][0]
+    await sidecar.node_action("c", node["id"], "archive")  # a change after the save
+    added = await sidecar.create_node("c", {"text": "The harbour master is called Quill."})
+    lexical._indexes.clear()  # as after a restart
+    loaded = await lexical.get("c")
+    assert node["id"] not in loaded.slot_of and added["id"] in loaded.slot_of
+    assert loaded.search("Quill harbour", 3)[0][0] == added["id"]
+    rebuilt = LexicalIndexes(sidecar.store)._build(await sidecar.store.read(lambda conn: conn.execute(
+        "SELECT id, fields, tags, archived, rev FROM nodes WHERE chat_id = 'c' AND archived = 0").fetchall()))
+    assert set(loaded.slot_of) == set(rebuilt.slot_of)
+    for query in ("vault code", "road day 3", "Quill"):
+        assert [n for n, _ in loaded.search(query, 5)] == [n for n, _ in rebuilt.search(query, 5)]
+    lexical.path("c").write_bytes(b"{broken")
+    lexical._indexes.clear()
+    assert set((await lexical.get("c")).slot_of) == set(rebuilt.slot_of)  # damaged file: rebuilt

@@ -84,7 +84,7 @@ class Sidecar:
         self.indexes = IndexManager(store, self.data_dir / "indexes", embedder.id, embedder.dim,
                                     m=settings["index.m"], ef_construction=settings["index.ef_construction"],
                                     ef_search=settings["index.ef_search"])
-        self.lexical = LexicalIndexes(store)
+        self.lexical = LexicalIndexes(store, self.data_dir / "indexes")
         self.live = LiveHub()
         self.started_at = time.time()
         self._wake = asyncio.Event()
@@ -164,6 +164,8 @@ class Sidecar:
                 await task
         with contextlib.suppress(Exception):
             await self.indexes.save_dirty()
+        with contextlib.suppress(Exception):
+            await self.lexical.save_dirty()
         with contextlib.suppress(Exception):
             await self.dna.close()
         await self.embeddings.embedder.close()
@@ -404,6 +406,8 @@ class Sidecar:
             ticks += 1
             try:
                 await self.indexes.save_dirty(older_than_s=self.settings["index.save_every_s"])
+                if ticks % max(1, int(self.settings["index.save_every_s"] // 5)) == 0:
+                    await self.lexical.save_dirty()
                 await self._wake_degraded()
                 if ticks % 12 == 1:
                     await self.store.write(prune_done_jobs)

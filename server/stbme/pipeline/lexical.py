@@ -7,17 +7,23 @@ the store on first use. Scoring is vectorised with numpy over the posting lists 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import os
 import re
+import threading
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import orjson
 
 from ..graph.model import node_text
+from ..hashing import chat_file_key
 from ..store import Store
 from ..store.queries import nodes_by_ids
 
+log = logging.getLogger("stbme.lexical")
 K1 = 1.2
 B = 0.75
 
@@ -71,12 +77,14 @@ class LexicalIndex:
         self._np_active: np.ndarray | None = None
         self.live = 0
         self.total_length = 0
+        self.rev_of: dict[str, int] = {}   # node revision indexed, to reconcile a saved index with the store
 
     def __len__(self) -> int:
         return self.live
 
-    def upsert(self, node_id: str, text: str) -> None:
+    def upsert(self, node_id: str, text: str, rev: int = 0) -> None:
         self.remove(node_id)
+        self.rev_of[node_id] = rev
         counts = Counter(tokenize(text))
         slot = len(self.node_of)
         self.node_of.append(node_id)
@@ -95,6 +103,7 @@ class LexicalIndex:
 
     def remove(self, node_id: str) -> None:
         slot = self.slot_of.pop(node_id, None)
+        self.rev_of.pop(node_id, None)
         if slot is None:
             return
         self.active[slot] = False
@@ -121,6 +130,31 @@ class LexicalIndex:
         self.slot_of = {n: i for i, n in enumerate(self.node_of)}
         self._arrays.clear()
         self._np_lengths = self._np_active = None
+
+    def to_bytes(self) -> bytes:
+        """The index as JSON, for saving beside the HNSW index. Read-only (no compaction): searches on
+        the event loop may run while a thread serialises it."""
+        return orjson.dumps({"version": SAVE_VERSION, "node_of": self.node_of, "lengths": self.lengths,
+                             "revs": [self.rev_of.get(n, 0) if n is not None else 0 for n in self.node_of],
+                             "postings": {t: [d, f] for t, (d, f) in self.postings.items()}})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "LexicalIndex":
+        raw = orjson.loads(data)
+        if raw.get("version") != SAVE_VERSION:
+            raise ValueError(f"lexical index format {raw.get('version')}")
+        index = cls()
+        index.node_of = list(raw["node_of"])
+        index.lengths = list(raw["lengths"])
+        index.active = [n is not None for n in index.node_of]  # removed documents are None
+        index.slot_of = {n: i for i, n in enumerate(index.node_of) if n is not None}
+        index.rev_of = {n: r for n, r in zip(index.node_of, raw["revs"]) if n is not None}
+        index.postings = {t: (d, f) for t, (d, f) in raw["postings"].items()}
+        index.live = len(index.slot_of)
+        index.total_length = sum(length for length, a in zip(index.lengths, index.active) if a)
+        if len(index.lengths) != len(index.node_of) or index.live != sum(index.active):
+            raise ValueError("lexical index file is inconsistent")
+        return index
 
     def _term_arrays(self, term: str):
         arrays = self._arrays.get(term)
@@ -158,7 +192,8 @@ class LexicalIndex:
         return [(self.node_of[i], float(scores[i])) for i in hits]
 
 
-_LEXICAL_COLUMNS = "id, fields, tags, archived"
+_LEXICAL_COLUMNS = "id, fields, tags, archived, rev"
+SAVE_VERSION = 1
 
 
 def _doc_text(row) -> str:
@@ -168,12 +203,20 @@ def _doc_text(row) -> str:
 
 
 class LexicalIndexes:
-    """One LexicalIndex per chat, built from the store on first use and kept in step by apply()."""
+    """One LexicalIndex per chat: loaded from its saved file and reconciled with the store (or built from
+    the store) on first use, kept in step by apply(), saved in the background like the HNSW index."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, directory: Path | None = None):
         self.store = store
+        self.directory = directory
         self._indexes: dict[str, LexicalIndex] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._dirty: set[str] = set()
+        # Saving serialises in a thread while apply() may run on the loop: they take turns.
+        self._save_lock = threading.Lock()
+
+    def path(self, chat_id: str) -> Path | None:
+        return self.directory / f"{chat_file_key(chat_id)}.lex.json" if self.directory else None
 
     async def get(self, chat_id: str) -> LexicalIndex:
         index = self._indexes.get(chat_id)
@@ -182,17 +225,64 @@ class LexicalIndexes:
         async with self._locks.setdefault(chat_id, asyncio.Lock()):
             index = self._indexes.get(chat_id)
             if index is None:
+                index = await self._load(chat_id)
+            if index is None:
                 # Built on the reader thread straight from the cursor: 100k rows are never all in memory.
                 index = await self.store.read(lambda conn: self._build(conn.execute(
                     f"SELECT {_LEXICAL_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0", (chat_id,))))
-                self._indexes[chat_id] = index
+                self._dirty.add(chat_id)
+            self._indexes[chat_id] = index
             return index
+
+    async def _load(self, chat_id: str) -> LexicalIndex | None:
+        """The saved index brought in line with the store, or None (missing, damaged, old format)."""
+        path = self.path(chat_id)
+        if path is None or not path.exists():
+            return None
+        try:
+            index = await asyncio.to_thread(lambda: LexicalIndex.from_bytes(path.read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
+            log.info("lexical index of chat %r not usable (%s); rebuilding", chat_id, exc)
+            return None
+        current = dict(await self.store.read(lambda conn: conn.execute(
+            "SELECT id, rev FROM nodes WHERE chat_id = ? AND archived = 0", (chat_id,)).fetchall()))
+        stale = [n for n, rev in current.items() if index.rev_of.get(n) != rev]
+        for node_id in [n for n in index.slot_of if n not in current]:
+            index.remove(node_id)
+        if stale:
+            for row in await self.store.read(
+                    lambda conn: nodes_by_ids(conn, chat_id, stale, columns=_LEXICAL_COLUMNS)):
+                index.upsert(row["id"], _doc_text(row), row["rev"])
+        if stale or len(index) != len(current):
+            self._dirty.add(chat_id)
+        return index
+
+    async def save_dirty(self) -> int:
+        """Write the changed indexes (atomically: temp file, then rename)."""
+        saved = 0
+        for chat_id in list(self._dirty):
+            self._dirty.discard(chat_id)
+            index, path = self._indexes.get(chat_id), self.path(chat_id)
+            if index is None or path is None:
+                continue
+
+            def write(index=index, path=path):
+                with self._save_lock:
+                    data = index.to_bytes()
+                tmp = path.with_name(path.name + ".tmp")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+
+            await asyncio.to_thread(write)
+            saved += 1
+        return saved
 
     @staticmethod
     def _build(rows) -> LexicalIndex:
         index = LexicalIndex()
         for row in rows:
-            index.upsert(row["id"], _doc_text(row))
+            index.upsert(row["id"], _doc_text(row), row["rev"])
         return index
 
     async def apply(self, chat_id: str, node_ids) -> None:
@@ -202,12 +292,18 @@ class LexicalIndexes:
         node_ids = list(node_ids)
         rows = {r["id"]: r for r in await self.store.read(
             lambda conn: nodes_by_ids(conn, chat_id, node_ids, columns=_LEXICAL_COLUMNS))}
-        for node_id in node_ids:
-            row = rows.get(node_id)
-            if row is None or row["archived"]:
-                index.remove(node_id)
-            else:
-                index.upsert(node_id, _doc_text(row))
+        with self._save_lock:
+            for node_id in node_ids:
+                row = rows.get(node_id)
+                if row is None or row["archived"]:
+                    index.remove(node_id)
+                else:
+                    index.upsert(node_id, _doc_text(row), row["rev"])
+        self._dirty.add(chat_id)
 
     def drop(self, chat_id: str) -> None:
         self._indexes.pop(chat_id, None)
+        self._dirty.discard(chat_id)
+        path = self.path(chat_id)
+        if path is not None:
+            path.unlink(missing_ok=True)
