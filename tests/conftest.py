@@ -137,6 +137,18 @@ async def _post_sync(target, chat_id, body):
     return data
 
 
+async def wait_for(predicate, what: str = "the condition", timeout: float = 30.0):
+    """Poll an async predicate until it returns something truthy (that value), or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
 async def settle(sc: Sidecar, chat_id: str, timeout: float = 30.0) -> dict:
     """Wait until the worker has no pending work for the chat and every memory is embedded."""
     deadline = time.monotonic() + timeout

@@ -4,13 +4,12 @@ using it end to end. Only the network peer is fake; vectors are bag-of-words so 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import numpy as np
 import orjson
 import pytest
 from aiohttp import web
-from conftest import HashEmbedder, full_sync, settle
+from conftest import HashEmbedder, full_sync, settle, wait_for
 
 from stbme.embed.base import EmbedError
 from stbme.embed.openai import OpenAIEmbedder
@@ -265,17 +264,6 @@ MORE = [
 def openai_settings(fake, **extra) -> dict:
     return {"embed.provider": "openai", "embed.openai_url": fake.url, "embed.openai_model": "fake-embed",
             "embed.openai_key": "sk-fake", "embed.batch_size": 4, "embed.retries": 0} | extra
-
-
-async def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_sidecar_opened_with_openai_provider(tmp_path, fake):

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import orjson
 import pytest
 
-from conftest import full_sync
+from conftest import full_sync, wait_for
 from fake_openai import answer
 from stbme.app import create_app, sidecar_key
 from stbme.llm.base import LLMError
@@ -43,17 +42,6 @@ async def extension(client, *, served: list | None = None, hello: bool = True):
             await ws.send_json({"type": "relay_response", "id": data["id"], "text": orjson.dumps(answer(task, user)).decode()})
 
     return ws, asyncio.create_task(serve())
-
-
-async def wait_for(predicate, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)
 
 
 async def llm_node_count(sc, chat_id="c"):
