@@ -181,3 +181,45 @@ async def test_lexical_index_is_saved_and_reconciled_on_load(sidecar):
     lexical.path("c").write_bytes(b"{broken")
     lexical._indexes.clear()
     assert set((await lexical.get("c")).slot_of) == set(rebuilt.slot_of)  # damaged file: rebuilt
+
+
+async def test_changes_during_an_index_load_are_not_lost(sidecar, monkeypatch):
+    """A write committed while a chat's indexes are loading (from an older snapshot) must still reach
+    them: apply waits for the load, then applies on top."""
+    import asyncio
+
+    await _chat(sidecar, {4: "The vault code is 4417."}, n=4)
+    sidecar.lexical.drop("c")
+    sidecar.indexes._indexes.pop("c", None)
+    gate = asyncio.Event()
+    real_read = sidecar.store.read
+
+    async def gated_read(fn):
+        result = await real_read(fn)  # the build reads its snapshot here, before the new memory exists
+        if loading["on"]:
+            loading["on"] = False
+            await gate.wait()  # hold the load between its snapshot and registering the index
+        return result
+
+    loading = {"on": True}
+    monkeypatch.setattr(sidecar.store, "read", gated_read)
+    load = asyncio.create_task(sidecar.lexical.get("c"))
+    await asyncio.sleep(0.05)
+    monkeypatch.setattr(sidecar.store, "read", real_read)
+    created = asyncio.create_task(sidecar.create_node("c", {"text": "The harbour master is called Quill."}))
+    await asyncio.sleep(0.1)
+    gate.set()
+    await load
+    node = await created
+    assert node["id"] in (await sidecar.lexical.get("c")).slot_of
+
+
+def test_bm25_scores_do_not_depend_on_reindexing_history():
+    fresh, churned = LexicalIndex(), LexicalIndex()
+    for index in (fresh, churned):
+        for i in range(6):
+            index.upsert(f"d{i}", "the vault code is 4417" if i % 2 == 0 else "noted")
+    for _ in range(3):  # the same memories indexed again (a reload racing an apply, an edit back and forth)
+        for i in range(6):
+            churned.upsert(f"d{i}", "the vault code is 4417" if i % 2 == 0 else "noted")
+    assert churned.search("vault code", 5) == fresh.search("vault code", 5)

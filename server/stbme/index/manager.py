@@ -134,6 +134,11 @@ class IndexManager:
 
     async def apply(self, chat_id: str, node_ids: set[str] | list[str]) -> None:
         """After a write: make the index hold exactly the store's indexable version of these nodes."""
+        lock = self._loading.get(chat_id)
+        if lock is not None and lock.locked():
+            # A load or rebuild is reading an older snapshot: let it finish, then apply on top of it.
+            async with lock:
+                pass
         index = self._indexes.get(chat_id)
         if index is None or not node_ids:
             return  # not loaded: reconciled on first use

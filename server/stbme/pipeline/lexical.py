@@ -179,7 +179,11 @@ class LexicalIndex:
         n = self.live
         for term in terms:
             docs, tfs = self._term_arrays(term)
-            df = len(docs)
+            # Count live documents only: a re-indexed memory leaves a dead slot in the postings, and
+            # counting it would lower the term's weight (scores must not depend on edit history).
+            df = float(self._np_active[docs].sum())
+            if df == 0:
+                continue
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
             scores[docs] += idf * tfs * (K1 + 1) / (tfs + norm[docs])
         scores *= self._np_active
@@ -286,6 +290,12 @@ class LexicalIndexes:
         return index
 
     async def apply(self, chat_id: str, node_ids) -> None:
+        lock = self._locks.get(chat_id)
+        if lock is not None and lock.locked():
+            # A load or build is reading an older snapshot: let it finish, then apply on top of it,
+            # or these changes would be lost from the index.
+            async with lock:
+                pass
         index = self._indexes.get(chat_id)
         if index is None or not node_ids:
             return
