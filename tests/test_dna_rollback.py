@@ -7,7 +7,7 @@ import random
 import pytest
 
 from conftest import full_sync, settle
-from test_sync_rollback import ingest, line, snapshot
+from test_sync_rollback import ingest, line, random_edit, snapshot
 
 SIGNALS = [
     "(OOC: no, her eyes are green, not blue)",
@@ -106,18 +106,8 @@ async def test_random_edits_with_signals_equal_fresh_ingest(sidecar, seed):
     chat = make_chat(rng, 6)
     await ingest(sidecar, "live", chat)
     for step in range(10):
-        op = rng.choice(["append", "append", "edit", "delete", "swipe", "truncate"])
-        if op == "append":
-            chat += make_chat(rng, rng.randint(1, 2))
-        elif op == "edit" and chat:
-            i = rng.randrange(len(chat))
-            chat[i] = {**chat[i], "text": rng.choice(SIGNALS + [line(rng)])}
-        elif op == "delete" and len(chat) > 2:
-            del chat[rng.randrange(len(chat))]
-        elif op == "swipe" and chat and chat[-1]["role"] == "assistant":
-            chat[-1] = {**chat[-1], "text": rng.choice(REPLIES) + " (swiped)"}
-        elif op == "truncate" and len(chat) > 4:
-            del chat[-rng.randint(1, 3):]
+        op = random_edit(rng, chat, new_turns=make_chat, edited=lambda r: r.choice(SIGNALS + [line(r)]),
+                         swiped=lambda r: r.choice(REPLIES) + " (swiped)")
         await full_sync(sidecar, "live", chat)
         await settle(sidecar, "live")
         if step % 4 == 3 or step == 9:

@@ -15,7 +15,7 @@ from stbme.llm.base import LLMError
 from stbme.pipeline.extract import parse_operations, smart_score, strip_tags
 from stbme.pipeline.sync import Message
 from stbme.sidecar import Sidecar
-from test_sync_rollback import line, make_chat
+from test_sync_rollback import line, make_chat, random_edit
 
 
 async def ingest(sc, chat_id: str, chat: list[dict]) -> dict:
@@ -311,18 +311,8 @@ async def test_random_edits_equal_fresh_ingest_with_llm(tmp_path, embedder, fake
         chat = make_chat(rng, 6)
         await ingest(sc, "live", chat)
         for step in range(8):
-            op = rng.choice(["append", "append", "edit", "delete", "swipe", "truncate"])
-            if op == "append":
-                chat += make_chat(rng, rng.randint(1, 3))
-            elif op == "edit":
-                i = rng.randrange(len(chat))
-                chat[i] = {**chat[i], "text": line(rng) + " (edited)"}
-            elif op == "delete" and len(chat) > 2:
-                del chat[rng.randrange(len(chat))]
-            elif op == "swipe" and chat[-1]["role"] == "assistant":
-                chat[-1] = {**chat[-1], "text": line(rng) + " (swiped)"}
-            elif op == "truncate" and len(chat) > 4:
-                del chat[-rng.randint(1, 3):]
+            op = random_edit(rng, chat, new_turns=make_chat, edited=lambda r: line(r) + " (edited)",
+                             swiped=lambda r: line(r) + " (swiped)", max_append=3)
             live = await ingest(sc, "live", chat)
             if step % 3 == 2 or step == 7:
                 fresh = await ingest(sc, f"fresh-{step}", chat)

@@ -34,6 +34,28 @@ def make_chat(rng: random.Random, turns: int) -> list[dict]:
     return chat
 
 
+def random_edit(rng: random.Random, chat: list[dict], *, new_turns, edited, swiped, max_append: int = 2,
+                system: bool = False) -> str:
+    """Apply one random user action to the chat as SillyTavern would (append turns, edit, delete, swipe the
+    last reply, cut the end, or add a system note) and return its name. `new_turns(rng, n)`,
+    `edited(rng)` and `swiped(rng)` make the new texts."""
+    op = rng.choice(["append", "append", "edit", "delete", "swipe", "truncate"] + (["system"] if system else []))
+    if op == "append":
+        chat += new_turns(rng, rng.randint(1, max_append))
+    elif op == "edit" and chat:
+        i = rng.randrange(len(chat))
+        chat[i] = {**chat[i], "text": edited(rng)}
+    elif op == "delete" and len(chat) > 2:
+        del chat[rng.randrange(len(chat))]
+    elif op == "swipe" and chat and chat[-1]["role"] == "assistant":
+        chat[-1] = {**chat[-1], "text": swiped(rng)}
+    elif op == "truncate" and len(chat) > 4:
+        del chat[-rng.randint(1, 3):]
+    elif op == "system":
+        chat.append({"role": "system", "name": "", "text": "[narrator note]"})
+    return op
+
+
 async def snapshot(sc, chat_id: str) -> dict:
     """The chat's memories without ids and times: what a user could tell apart."""
     def read(conn):
@@ -145,20 +167,8 @@ async def test_random_edits_equal_fresh_ingest(sidecar, seed):
     chat = make_chat(rng, 6)
     await ingest(sidecar, "live", chat)
     for step in range(14):
-        op = rng.choice(["append", "append", "edit", "delete", "swipe", "truncate", "system"])
-        if op == "append":
-            chat += make_chat(rng, rng.randint(1, 2))
-        elif op == "edit" and chat:
-            i = rng.randrange(len(chat))
-            chat[i] = {**chat[i], "text": line(rng) + " (edited)"}
-        elif op == "delete" and len(chat) > 2:
-            del chat[rng.randrange(len(chat))]
-        elif op == "swipe" and chat and chat[-1]["role"] == "assistant":
-            chat[-1] = {**chat[-1], "text": line(rng) + " (swiped)"}
-        elif op == "truncate" and len(chat) > 4:
-            del chat[-rng.randint(1, 3):]
-        elif op == "system":
-            chat.append({"role": "system", "name": "", "text": "[narrator note]"})
+        op = random_edit(rng, chat, new_turns=make_chat, edited=lambda r: line(r) + " (edited)",
+                         swiped=lambda r: line(r) + " (swiped)", system=True)
         live = await ingest(sidecar, "live", chat)
         if step % 5 == 4 or step == 13:
             fresh = await ingest(sidecar, f"fresh-{step}", chat)

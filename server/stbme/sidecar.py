@@ -455,9 +455,10 @@ class Sidecar:
             return {"text": "", "tokens": 0, "memories": [], "took_ms": 0.0, "language": None}
         reranker = None
         if setting("recall.rerank") and self.settings["llm.mode"] != "none":
-            async def reranker(result, text, recent_texts):
+            async def llm_rerank(result, text, recent_texts):
                 return await rerank(self.llm, result, query=text, recent=recent_texts, max_memories=limit,
                                     setting=setting)
+            reranker = llm_rerank
         return await recall(store=self.store, embeddings=self.embeddings, indexes=self.indexes,
                             lexical=self.lexical, chat_id=chat_id,
                             q=RecallQuery(query, recent, budget, limit), settings=setting, reranker=reranker)
