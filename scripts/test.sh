@@ -15,9 +15,20 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 (cd tests/js && npm ci --no-audit --no-fund --silent)
 
-echo "== python tests" >&2
-.venv/bin/python -m pytest -q "$@"
-echo "== extension unit tests" >&2
-(cd tests/js && node --test unit/)
-echo "== extension end-to-end tests (headless Chromium + real sidecar)" >&2
-(cd tests/js && STBME_PYTHON="$PWD/../../.venv/bin/python" node --test --test-concurrency=1 e2e/)
+# Every suite runs even when an earlier one fails; the summary names the failures.
+failed=()
+run_suite() {
+  local name=$1; shift
+  echo "== $name" >&2
+  "$@" || failed+=("$name")
+}
+run_suite "python tests" .venv/bin/python -m pytest -q "$@"
+run_suite "extension unit tests" bash -c 'cd tests/js && node --test unit/'
+run_suite "extension end-to-end tests (headless Chromium + real sidecar)" \
+  bash -c 'cd tests/js && STBME_PYTHON="$PWD/../../.venv/bin/python" node --test --test-concurrency=1 e2e/'
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "all suites passed" >&2

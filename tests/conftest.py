@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import sqlite3
 import time
 
@@ -137,25 +138,40 @@ async def _post_sync(target, chat_id, body):
     return data
 
 
-async def wait_for(predicate, what: str = "the condition", timeout: float = 30.0):
-    """Poll an async predicate until it returns something truthy (that value), or fail naming `what`."""
+DEADLINE_S = 60.0  # generous: CI runs on a busy 2-core machine; a passing test returns at once
+
+
+async def wait_for(predicate, what: str = "the condition", timeout: float = DEADLINE_S, interval: float = 0.02):
+    """Poll `predicate` (sync or async) until it returns something truthy and return that value, or fail
+    naming `what`. The one way tests wait: on a condition, never on a fixed sleep or loop count."""
     deadline = time.monotonic() + timeout
     while True:
-        value = await predicate()
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.02)
+            raise AssertionError(f"gave up waiting for {what} after {timeout:g} s")
+        await asyncio.sleep(interval)
 
 
-async def settle(sc: Sidecar, chat_id: str, timeout: float = 30.0) -> dict:
-    """Wait until the worker has no pending work for the chat and every memory is embedded."""
+def wait_for_sync(predicate, what: str = "the condition", timeout: float = DEADLINE_S, interval: float = 0.05):
+    """`wait_for` for code outside the event loop (fixtures that start processes)."""
     deadline = time.monotonic() + timeout
     while True:
-        status = await sc.chat_status(chat_id)
-        if status["jobs"]["pending"] == 0 and status["unembedded"] == 0:
-            return status
+        value = predicate()
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"chat {chat_id!r} did not settle: {status}")
-        await asyncio.sleep(0.02)
+            raise AssertionError(f"gave up waiting for {what} after {timeout:g} s")
+        time.sleep(interval)
+
+
+async def settle(sc: Sidecar, chat_id: str, timeout: float = DEADLINE_S) -> dict:
+    """Wait until the worker has no pending work for the chat and every memory is embedded."""
+    async def settled():
+        status = await sc.chat_status(chat_id)
+        return status if status["jobs"]["pending"] == 0 and status["unembedded"] == 0 else None
+
+    return await wait_for(settled, f"chat {chat_id!r} to settle", timeout)

@@ -6,13 +6,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from urllib.parse import quote
 
 import aiohttp
 import pytest
 
-from conftest import sync_body
+from conftest import sync_body, wait_for, wait_for_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -58,21 +57,22 @@ def server(tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "-m", "stbme", "serve", "--port", str(port), "--data-dir", str(data)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
     import urllib.request
 
-    while True:
+    def answers():
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    break
+                return resp.status == 200
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError("stbme serve exited: " + proc.stderr.read())
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("stbme serve did not answer /health within 60 s")
-            time.sleep(0.2)
+                raise RuntimeError("stbme serve exited: " + proc.stderr.read()) from None
+            return False
+
+    try:
+        wait_for_sync(answers, "stbme serve to answer /health", timeout=120)
+    except AssertionError:
+        proc.kill()
+        raise
     yield url
     proc.terminate()
     try:
@@ -97,21 +97,13 @@ async def sync_all(session, url, chat_id, messages):
     raise AssertionError(data)
 
 
-async def wait_processed(session, url, chat_id, timeout=90):
-    deadline = time.monotonic() + timeout
-    while True:
+async def wait_processed(session, url, chat_id, timeout=180):
+    async def processed():
         async with session.get(f"{url}/v1/chats/{quote(chat_id, safe='')}/status") as resp:
             status = await resp.json()
-        if status["jobs"]["pending"] == 0 and status["unembedded"] == 0:
-            return status
-        assert time.monotonic() < deadline, status
-        await asyncio_sleep(0.2)
+        return status if status["jobs"]["pending"] == 0 and status["unembedded"] == 0 else None
 
-
-async def asyncio_sleep(s):
-    import asyncio
-
-    await asyncio.sleep(s)
+    return await wait_for(processed, f"chat {chat_id!r} to be processed", timeout, interval=0.2)
 
 
 async def recall(session, url, chat_id, query):

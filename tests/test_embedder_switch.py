@@ -7,7 +7,7 @@ import asyncio
 
 from aiohttp import web
 
-from conftest import HashEmbedder, full_sync, settle
+from conftest import HashEmbedder, full_sync, settle, wait_for
 
 
 async def test_switch_embedder_in_background(sidecar, aiohttp_server):
@@ -38,21 +38,21 @@ async def test_switch_embedder_in_background(sidecar, aiohttp_server):
 
     await sidecar.update_settings({"embed.provider": "openai", "embed.openai_url": str(server.make_url("/v1")),
                                    "embed.openai_model": "fake"})
-    for _ in range(200):
+    async def reembedding():
         health = await sidecar.health()
-        if health["embedder"]["reembedding"] and calls[1:]:
-            break
-        await asyncio.sleep(0.01)
+        return health if health["embedder"]["reembedding"] and calls[1:] else None
+
+    health = await wait_for(reembedding, "the re-embedding to start")
     assert health["embedder"]["id"] == old_id and health["embedder"]["reembedding"]["total"] > 0
     during = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
     assert "4417" in during["text"]  # the old embedder and index still answer
 
     gate.set()
-    for _ in range(500):
+    async def switched():
         health = await sidecar.health()
-        if health["embedder"]["id"] != old_id:
-            break
-        await asyncio.sleep(0.01)
+        return health if health["embedder"]["id"] != old_id else None
+
+    health = await wait_for(switched, "the switch to the new embedder")
     assert health["embedder"]["id"].startswith("openai:") and health["embedder"]["dim"] == 64
     after = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
     assert "4417" in after["text"]
@@ -69,10 +69,10 @@ async def test_unusable_new_embedder_keeps_the_old_one(sidecar):
     old_id = sidecar.embeddings.id
     await sidecar.update_settings({"embed.provider": "openai", "embed.openai_url": "http://127.0.0.1:9/v1",
                                    "embed.retries": 0, "embed.timeout_s": 1})
-    for _ in range(300):
+    async def failed():
         health = await sidecar.health()
-        if health["embedder"]["last_error"]:
-            break
-        await asyncio.sleep(0.01)
+        return health if health["embedder"]["last_error"] else None
+
+    health = await wait_for(failed, "the failed switch to be reported")
     assert health["embedder"]["id"] == old_id and "failed" in health["embedder"]["last_error"]
     assert (await sidecar.recall("c", {"query": "hello"}))["memories"] is not None

@@ -132,3 +132,10 @@ async def test_index_mostly_made_of_deleted_slots_is_rebuilt(sidecar, monkeypatc
     assert rebuilt.next_label - len(rebuilt) <= max(4, 2 * len(rebuilt))  # dead slots stay bounded
     status = await sidecar.chat_status("c")
     assert len(rebuilt) == status["nodes"] - status["unembedded"] < live
+
+
+def test_equal_similarities_are_ordered_by_node_id_not_label():
+    vec = np.ones(8, np.float32) / np.sqrt(8)
+    index = ChatIndex(8, "test")
+    index.upsert(["z", "m", "a"], np.vstack([vec, vec, vec]), [1, 1, 1])  # labels in the order z, m, a
+    assert [n for n, _ in index.query(vec, 3)] == ["a", "m", "z"]

@@ -3,7 +3,7 @@ failures are parked with their error."""
 
 from __future__ import annotations
 
-from conftest import HashEmbedder, settle, sync_body
+from conftest import HashEmbedder, settle, sync_body, wait_for
 from stbme.sidecar import Sidecar
 
 CHAT = [{"role": "user", "name": "Alex", "text": "The vault code is 4417."},
@@ -43,13 +43,11 @@ async def test_embedding_failure_parks_the_job_and_keeps_memories(tmp_path, monk
     await sc.start()
     try:
         await sc.sync("c", sync_body(CHAT, start=0))
-        for _ in range(300):
+        async def parked():
             status = await sc.chat_status("c")
-            if status["jobs"]["failed"]:
-                break
-            import asyncio
+            return status if status["jobs"]["failed"] else None
 
-            await asyncio.sleep(0.02)
+        status = await wait_for(parked, "the job to be parked")
         assert status["jobs"]["failed"] == 1 and "unreachable" in status["jobs"]["last_error"]
         assert status["nodes"] > 0 and status["unembedded"] == status["nodes"]  # written, not lost
         recall = await sc.recall("c", {"query": "vault code 4417", "budget_tokens": 200})

@@ -10,7 +10,7 @@ import pytest
 
 import orjson
 
-from conftest import full_sync
+from conftest import full_sync, wait_for
 from fake_openai import answer
 from stbme.app import create_app, polls_key, sidecar_key
 from test_sync_rollback import make_chat
@@ -37,8 +37,9 @@ async def test_poll_returns_notices_and_empty_after_the_wait(client):
 async def test_poll_waits_for_the_next_message(client):
     sc = client.server.app[sidecar_key]
     await poll(client, wait_s=0)
-    waiting = asyncio.create_task(poll(client, wait_s=10))
-    await asyncio.sleep(0.1)
+    waiting = asyncio.create_task(poll(client, wait_s=30))
+    session = client.server.app[polls_key].get(CLIENT)
+    await wait_for(lambda: session.busy, "the poll to be waiting")
     assert not waiting.done()
     sc.live.publish({"type": "progress", "task": "extract", "chat_id": "c", "done": 1, "total": 2, "eta_s": 1})
     assert (await waiting)[0]["type"] == "progress"
@@ -90,11 +91,11 @@ async def test_relay_over_long_poll(relay_poll_client):
     task = asyncio.create_task(extension())
     try:
         await full_sync(client, "c", make_chat(random.Random(3), 1))
-        for _ in range(300):
+        async def processed():
             status = await sc.chat_status("c")
-            if status["processed_upto"] == 1 and status["jobs"]["pending"] == 0:
-                break
-            await asyncio.sleep(0.05)
+            return status if status["processed_upto"] == 1 and status["jobs"]["pending"] == 0 else None
+
+        status = await wait_for(processed, "the relayed extraction")
         assert status["degraded_from"] is None
         kinds = await sc.store.read(lambda conn: [r[0] for r in conn.execute(
             "SELECT DISTINCT source FROM nodes WHERE chat_id = 'c'")])

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from conftest import full_sync, settle
+from conftest import full_sync, settle, wait_for
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
 from stbme.pipeline.lexical import LexicalIndex, LexicalIndexes, tokenize
@@ -126,13 +126,11 @@ async def test_recall_reinforces_access(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417."})
     result = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
     node_id = result["memories"][0]["id"]
-    for _ in range(50):
+    async def accessed():
         node = await sidecar.get_node("c", node_id)
-        if node["access_count"]:
-            break
-        import asyncio
+        return node if node["access_count"] else None
 
-        await asyncio.sleep(0.02)
+    node = await wait_for(accessed, "the access to be recorded")
     assert node["access_count"] == 1 and node["last_access"]
 
 
@@ -204,10 +202,15 @@ async def test_changes_during_an_index_load_are_not_lost(sidecar, monkeypatch):
     loading = {"on": True}
     monkeypatch.setattr(sidecar.store, "read", gated_read)
     load = asyncio.create_task(sidecar.lexical.get("c"))
-    await asyncio.sleep(0.05)
+    await wait_for(lambda: not loading["on"], "the load to take its snapshot")
     monkeypatch.setattr(sidecar.store, "read", real_read)
     created = asyncio.create_task(sidecar.create_node("c", {"text": "The harbour master is called Quill."}))
-    await asyncio.sleep(0.1)
+
+    async def committed():  # the write lands while the load still holds its older snapshot
+        return await real_read(lambda conn: conn.execute(
+            "SELECT 1 FROM nodes WHERE chat_id = 'c' AND fields LIKE '%Quill%'").fetchone())
+
+    await wait_for(committed, "the new memory to be committed")
     gate.set()
     await load
     node = await created
@@ -223,3 +226,11 @@ def test_bm25_scores_do_not_depend_on_reindexing_history():
         for i in range(6):
             churned.upsert(f"d{i}", "the vault code is 4417" if i % 2 == 0 else "noted")
     assert churned.search("vault code", 5) == fresh.search("vault code", 5)
+
+
+def test_bm25_ties_are_ordered_by_node_id_not_slot():
+    index = LexicalIndex()
+    for node_id in ("z", "m", "a", "q"):  # slots in insertion order; equal texts score equally
+        index.upsert(node_id, "the vault code is 4417")
+    assert [n for n, _ in index.search("vault", 4)] == ["a", "m", "q", "z"]
+    assert [n for n, _ in index.search("vault", 2)] == ["a", "m"]  # the cut keeps the smallest ids

@@ -53,7 +53,7 @@ async def test_relay_runs_extraction_through_the_extension(relay_client):
     sc = relay_client.server.app[sidecar_key]
     served = []
     ws, task = await extension(relay_client, served=served)
-    await wait_for(lambda: asyncio.sleep(0, sc.relay.connected))
+    await wait_for(lambda: sc.relay.connected, "the relay client to attach")
     await full_sync(relay_client, "c", make_chat(random.Random(1), 2))
     await wait_for(lambda: _processed(sc, 3))
     assert await llm_node_count(sc) > 0
@@ -122,14 +122,14 @@ async def test_extension_errors_and_disconnects_fail_the_request_at_once():
     peer = channel.attach(sent.append)
     pending = asyncio.create_task(channel.request([{"role": "user", "content": "x"}], task="summary",
                                                   max_tokens=10, timeout_s=5))
-    await asyncio.sleep(0)
+    await wait_for(lambda: sent, "the request to reach the extension")
     assert sent[0]["type"] == "relay_request" and sent[0]["task"] == "summary"
     assert channel.resolve({"type": "relay_response", "id": sent[0]["id"], "error": "No API connected"})
     with pytest.raises(LLMError, match="could not run the relayed LLM request: No API connected"):
         await pending
     assert not channel.resolve({"type": "relay_response", "id": sent[0]["id"], "text": "late"})  # ignored
     pending = asyncio.create_task(channel.request([], task="summary", max_tokens=10, timeout_s=5))
-    await asyncio.sleep(0)
+    await wait_for(lambda: len(sent) == 2, "the second request to reach the extension")
     channel.detach(peer)
     with pytest.raises(LLMError, match="disconnected before answering"):
         await pending

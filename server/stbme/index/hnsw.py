@@ -68,7 +68,9 @@ class ChatIndex:
                     if k <= 1:
                         return []
                     k = max(1, k // 2)
-        return [(self.id_of[int(lab)], 1.0 - float(dist)) for lab, dist in zip(labels[0], distances[0])]
+        hits = [(self.id_of[int(lab)], 1.0 - float(dist)) for lab, dist in zip(labels[0], distances[0])]
+        hits.sort(key=lambda hit: (-round(hit[1], 6), hit[0]))  # equal similarity: by node id, not by label
+        return hits
 
     def vectors(self, node_ids: list[str]) -> np.ndarray:
         with self.lock:

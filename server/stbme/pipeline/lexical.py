@@ -190,10 +190,12 @@ class LexicalIndex:
         hits = np.flatnonzero(scores > 0)
         if hits.size == 0:
             return []
-        if hits.size > k:
-            hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
-        hits = hits[np.argsort(-scores[hits], kind="stable")]
-        return [(self.node_of[i], float(scores[i])) for i in hits]
+        if hits.size > k:  # keep every document tied with the k-th score, then cut after ordering
+            kth = -np.partition(-scores[hits], k - 1)[k - 1]
+            hits = hits[scores[hits] >= kth]
+        # Equal scores are ordered by node id, never by slot: slots depend on edit history.
+        best = sorted(hits.tolist(), key=lambda i: (-scores[i], self.node_of[i]))[:k]
+        return [(self.node_of[i], float(scores[i])) for i in best]
 
 
 _LEXICAL_COLUMNS = "id, fields, tags, archived, rev"
