@@ -21,7 +21,7 @@ import numpy as np
 
 from stbme.embed.base import Embedder
 from stbme.hashing import chain_hash, message_hash
-from stbme.pipeline.lexical import tokenize
+from stbme.index.lexical import tokenize
 
 DIM = 384
 PERSONA = "Alex"

@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fake_openai import FakeOpenAI  # noqa: E402
 
 from stbme.embed.base import Embedder, normalize_rows  # noqa: E402
-from stbme.pipeline.lexical import tokenize  # noqa: E402
-from stbme.sidecar import Sidecar  # noqa: E402
+from stbme.index.lexical import tokenize  # noqa: E402
+from stbme.api.bodies import parse_sync_request  # noqa: E402
+from stbme.services import Services  # noqa: E402
 
 NAMES = ["Elena", "Marcus", "Rhea", "Tomas", "Oswin"]
 PLACES = ["Greywater", "Ashford", "the lighthouse", "the vault"]
@@ -84,9 +85,9 @@ async def run(mode: str, chat: list[dict], embedder: Embedder, fake_url: str | N
         settings = {"llm.mode": mode}
         if mode == "openai":
             settings |= {"llm.url": fake_url, "llm.model": "bench"}
-        sc = Sidecar.open(Path(tmp), embedder=embedder, cli_settings=settings)
+        sc = Services.open(Path(tmp), embedder=embedder, cli_settings=settings)
         llm_seconds = 0.0
-        original = sc.llm.complete
+        original = sc.memory_llm.client.complete
 
         async def timed(*args, **kw):
             nonlocal llm_seconds
@@ -96,17 +97,17 @@ async def run(mode: str, chat: list[dict], embedder: Embedder, fake_url: str | N
             finally:
                 llm_seconds += time.perf_counter() - t0
 
-        sc.llm.complete = timed
+        sc.memory_llm.client.complete = timed
         try:
             body = {"length": len(chat), "messages": [{"index": i, **m} for i, m in enumerate(chat)], "anchors": []}
-            await sc.sync("bench", body)
+            await sc.sync.sync("bench", parse_sync_request(body, max_messages=100000, max_chars=10**7))
             t0 = time.perf_counter()
-            batches = await sc.process_chat("bench")
+            batches = await sc.processor.process_chat("bench")
             total = time.perf_counter() - t0
             counts = await sc.store.read(lambda conn: dict(conn.execute(
                 "SELECT source || ':' || type, count(*) FROM nodes WHERE chat_id = 'bench' AND archived = 0"
                 " GROUP BY 1").fetchall()))
-            usage = sc.llm_usage.snapshot()
+            usage = sc.memory_llm.usage.snapshot()
         finally:
             await sc.close()
     return {"batches": batches, "seconds": total, "llm_seconds": llm_seconds, "usage": usage, "memories": counts}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Recall benchmark: one chat each of 1k, 10k and 100k memories, measured in one run.
 
-For each size it prints recall latency through the full product read path (`Sidecar.recall`: HNSW,
+For each size it prints recall latency through the full product read path (the recall use case: HNSW,
 BM25, fusion, SQLite fetch, rendering with tiktoken), without the query embedding; the same queries
 against a brute-force numpy scan of the same vectors (the baseline, same process); the HNSW index
 alone and its recall@10; the latency of syncing one appended message; index build and reopen times;
@@ -40,7 +40,8 @@ from _bench_data import (CORE_MEMORIES, DIM, BenchEmbedder, ChatGenerator, Vecto
 from stbme.graph.changes import ChangeSet
 from stbme.graph.model import Node, new_id, node_text
 from stbme.hashing import chain_hash, message_hash, text_hash
-from stbme.sidecar import Sidecar
+from stbme.api.bodies import parse_recall, parse_sync_request
+from stbme.services import Services
 
 CHAT_ID = "bench/chat"
 SYNC_CHUNK = 2000      # messages per sync request while populating (server.max_sync_messages)
@@ -58,6 +59,16 @@ TARGETS = (            # (size, metric key, limit, label)
 
 
 # -- small helpers ---------------------------------------------------------------------------------
+
+async def sync(sc: Services, body: dict) -> dict:
+    req = parse_sync_request(body, max_messages=sc.settings["server.max_sync_messages"],
+                             max_chars=sc.settings["server.max_message_chars"])
+    return await sc.sync.sync(CHAT_ID, req)
+
+
+async def recall(sc: Services, body: dict) -> dict:
+    return await sc.recall.recall(CHAT_ID, parse_recall(body, max_chars=sc.settings["server.max_message_chars"]))
+
 def log(size: int, text: str) -> None:
     click.echo(f"[{size:>7,}] {text}", err=True)
 
@@ -108,12 +119,12 @@ def progressbar(length: int, label: str):
 
 # -- phase 1: populate -----------------------------------------------------------------------------
 async def populate(size: int, data_dir: Path, seed: int) -> dict:
-    """Write the chat: messages through `Sidecar.sync`, one event memory per message through
+    """Write the chat: messages through the sync use case, one event memory per message through
     `ChangeSet.insert_node`, with vectors from the stand-in model (no worker runs)."""
     gen = ChatGenerator(seed)
     model = VectorModel(gen)
     embedder = BenchEmbedder(model)
-    sc = Sidecar.open(data_dir, embedder=embedder)
+    sc = Services.open(data_dir, embedder=embedder)
     started = time.perf_counter()
     sync_s = embed_s = insert_s = 0.0
     chains: list[str] = []
@@ -140,7 +151,7 @@ async def populate(size: int, data_dir: Path, seed: int) -> dict:
                 prev = chain_hash(prev, message_hash(m.role, m.name, m.text))
                 chains.append(prev)
             t = time.perf_counter()
-            result = await sc.sync(CHAT_ID, sync_body(messages, end, chains))
+            result = await sync(sc, sync_body(messages, end, chains))
             sync_s += time.perf_counter() - t
             if result["status"] != "synced" or result["stored_length"] != end:
                 raise click.ClickException(f"populating sync did not converge: {result}")
@@ -210,15 +221,15 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     cpu_measure = cpu_sample()
     embedder = BenchEmbedder(model, qvecs)
     t = time.perf_counter()
-    sc = Sidecar.open(data_dir, embedder=embedder)
+    sc = Services.open(data_dir, embedder=embedder)
     out["open_s"] = time.perf_counter() - t
     with progressbar(size, f"[{size:>7,}] HNSW build") as bar:
         t = time.perf_counter()
-        index = await sc.indexes.build(CHAT_ID, progress=lambda done, total: bar.update(done - bar.pos))
+        index = await sc.indexes.vectors.rebuild(CHAT_ID, progress=lambda done, total: bar.update(done - bar.pos))
         out["hnsw_build_s"] = time.perf_counter() - t
     log(size, f"HNSW build {out['hnsw_build_s']:.1f} s ({len(index):,} vectors)")
     t = time.perf_counter()
-    lexical = await sc.lexical.get(CHAT_ID)
+    lexical = await sc.indexes.lexical.get(CHAT_ID)
     out["lexical_build_s"] = time.perf_counter() - t
     log(size, f"lexical build {out['lexical_build_s']:.1f} s ({len(lexical.postings):,} terms)")
     out["indexed"] = len(index)
@@ -231,17 +242,17 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
         return {"query": q, "budget_tokens": BUDGET_TOKENS}
 
     t = time.perf_counter()
-    await sc.recall(CHAT_ID, body(warmup[0][1]))
+    await recall(sc, body(warmup[0][1]))
     out["first_recall_ms"] = (time.perf_counter() - t) * 1000
     for _, q, _ in warmup[1:]:
-        await sc.recall(CHAT_ID, body(q))
+        await recall(sc, body(q))
 
     log(size, f"recall x {len(measured)}")
     cpu_start = cpu_sample()
     latencies, took, memories, tokens, by_kind, named = [], [], [], [], {}, []
     for kind, q, name in measured:
         t = time.perf_counter()
-        result = await sc.recall(CHAT_ID, body(q))
+        result = await recall(sc, body(q))
         dt = time.perf_counter() - t
         latencies.append(dt)
         by_kind.setdefault(kind, []).append(dt)
@@ -278,7 +289,7 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     sync_lat = []
     for i, b in enumerate(bodies):
         t = time.perf_counter()
-        result = await sc.sync(CHAT_ID, b)
+        result = await sync(sc, b)
         dt = time.perf_counter() - t
         if result["status"] != "synced":
             raise click.ClickException(f"sync of message {b['length'] - 1} did not converge: {result}")
@@ -291,24 +302,24 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
 
     # Save, close, reopen: the usual start of a session with a saved index.
     t = time.perf_counter()
-    await sc.indexes.save_dirty()
+    await sc.indexes.vectors.save_dirty()
     out["index_save_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    await sc.lexical.save_dirty()
+    await sc.indexes.lexical.save_dirty()
     out["lexical_save_s"] = time.perf_counter() - t
     out["index_file_mb"] = sum(p.stat().st_size for p in (data_dir / "indexes").glob("*")) / 2**20
     await sc.close()
     del sc, index, lexical
     gc.collect()
     t = time.perf_counter()
-    sc = Sidecar.open(data_dir, embedder=embedder)
-    await sc.indexes.get(CHAT_ID)
+    sc = Services.open(data_dir, embedder=embedder)
+    await sc.indexes.vectors.get(CHAT_ID)
     out["reopen_hnsw_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    await sc.lexical.get(CHAT_ID)
+    await sc.indexes.lexical.get(CHAT_ID)
     out["reopen_lexical_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    await sc.recall(CHAT_ID, body(measured[0][1]))
+    await recall(sc, body(measured[0][1]))
     out["reopen_first_recall_ms"] = (time.perf_counter() - t) * 1000
     await sc.close()
     del sc
@@ -407,7 +418,7 @@ def print_report(env: dict, results: list[dict]) -> None:
          f"SQLite {env['sqlite']}, hnswlib {env['hnswlib']}, numpy {env['numpy']})")
     echo(f"Data: one chat per size: N synthetic roleplay messages (seed {env['seed']}, ~20% Chinese sentences), "
          "one event memory per message, plus 4 core memories;")
-    echo("written through Sidecar.sync and ChangeSet.insert_node, with 384-d vectors from a clustered stand-in "
+    echo("written through the sync use case and ChangeSet.insert_node, with 384-d vectors from a clustered stand-in "
          "for e5 (scripts/_bench_data.py).")
     echo("Recall timings exclude the query embedding: the sidecar's embedder returns precomputed query vectors "
          "and the query LRU is warm.")
@@ -433,16 +444,16 @@ def print_report(env: dict, results: list[dict]) -> None:
     line("populate (sync + vectors + insert), s", lambda r: fmt(r["populate"]["populate_s"]))
     line("database size, MB", lambda r: fmt(r["populate"]["db_mb"], ".0f"))
     section("cold start (no saved index)")
-    line("HNSW build (indexes.build), s", lambda r: fmt(r["hnsw_build_s"], ".2f"))
-    line("lexical build (lexical.get), s", lambda r: fmt(r["lexical_build_s"], ".2f"))
+    line("HNSW build (indexes.vectors.rebuild), s", lambda r: fmt(r["hnsw_build_s"], ".2f"))
+    line("lexical build (indexes.lexical.get), s", lambda r: fmt(r["lexical_build_s"], ".2f"))
     line("first recall after both, ms", lambda r: fmt(r["first_recall_ms"]))
     section("reopen with a saved index")
-    line("save HNSW (indexes.save_dirty), s", lambda r: fmt(r["index_save_s"], ".2f"))
-    line("save BM25 (lexical.save_dirty), s", lambda r: fmt(r["lexical_save_s"], ".2f"))
+    line("save HNSW (indexes.vectors.save_dirty), s", lambda r: fmt(r["index_save_s"], ".2f"))
+    line("save BM25 (indexes.lexical.save_dirty), s", lambda r: fmt(r["lexical_save_s"], ".2f"))
     line("open + HNSW load + reconcile, s", lambda r: fmt(r["reopen_hnsw_s"], ".2f"))
     line("BM25 load + reconcile, s", lambda r: fmt(r["reopen_lexical_s"], ".2f"))
     line("first recall, ms", lambda r: fmt(r["reopen_first_recall_ms"]))
-    section("recall latency, ms (Sidecar.recall: the full read path)")
+    section("recall latency, ms (the recall use case: the full read path)")
     line("p50", lambda r: fmt(r["recall"]["p50"], ".2f"))
     line("p95", lambda r: fmt(r["recall"]["p95"], ".2f"))
     line("p99", lambda r: fmt(r["recall"]["p99"], ".2f"))

@@ -13,11 +13,12 @@ import hnswlib
 import numpy as np
 import pytest
 
-from stbme.app import create_app
+from stbme.api import create_app
 from stbme.embed.base import Embedder, normalize_rows
 from stbme.hashing import chain_hash, message_hash
-from stbme.pipeline.lexical import tokenize
-from stbme.sidecar import Sidecar
+from stbme.index.lexical import tokenize
+from stbme.api.bodies import parse_memory_edit, parse_new_memory, parse_recall, parse_sync_request
+from stbme.services import Services
 
 
 def pytest_report_header(config):
@@ -73,8 +74,8 @@ def embedder():
 
 @pytest.fixture
 async def sidecar(tmp_path, embedder):
-    """A started Sidecar on a temp data dir (worker running)."""
-    sc = Sidecar.open(tmp_path / "data", embedder=embedder)
+    """A started Services on a temp data dir (worker running)."""
+    sc = Services.open(tmp_path / "data", embedder=embedder)
     await sc.start()
     yield sc
     await sc.close()
@@ -116,6 +117,26 @@ def sync_body(messages: list[dict], start: int | None = None, tail: int = 4) -> 
     }
 
 
+# Use cases called with request bodies, parsed exactly as the HTTP layer parses them.
+async def sync(svc: Services, chat_id: str, body: dict) -> dict:
+    req = parse_sync_request(body, max_messages=svc.settings["server.max_sync_messages"],
+                             max_chars=svc.settings["server.max_message_chars"])
+    return await svc.sync.sync(chat_id, req)
+
+
+async def recall(svc: Services, chat_id: str, body: dict) -> dict:
+    return await svc.recall.recall(chat_id, parse_recall(body, max_chars=svc.settings["server.max_message_chars"]))
+
+
+async def create_node(svc: Services, chat_id: str, body: dict) -> dict:
+    return await svc.memories.create(chat_id, parse_new_memory(body, max_chars=svc.settings["server.max_message_chars"]))
+
+
+async def edit_node(svc: Services, chat_id: str, node_id: str, body: dict) -> dict:
+    edit = parse_memory_edit(body, max_chars=svc.settings["server.max_message_chars"])
+    return await svc.memories.edit(chat_id, node_id, edit)
+
+
 async def full_sync(sc_or_client, chat_id: str, messages: list[dict], tail: int = 4) -> dict:
     """Sync like the extension: tail first, then whatever the sidecar asks for."""
     body = sync_body(messages, tail=tail)
@@ -128,8 +149,8 @@ async def full_sync(sc_or_client, chat_id: str, messages: list[dict], tail: int 
 
 
 async def _post_sync(target, chat_id, body):
-    if isinstance(target, Sidecar):
-        return await target.sync(chat_id, body)
+    if isinstance(target, Services):
+        return await sync(target, chat_id, body)
     from urllib.parse import quote
 
     resp = await target.post(f"/v1/chats/{quote(chat_id, safe='')}/sync", json=body)
@@ -168,10 +189,10 @@ def wait_for_sync(predicate, what: str = "the condition", timeout: float = DEADL
         time.sleep(interval)
 
 
-async def settle(sc: Sidecar, chat_id: str, timeout: float = DEADLINE_S) -> dict:
+async def settle(sc: Services, chat_id: str, timeout: float = DEADLINE_S) -> dict:
     """Wait until the worker has no pending work for the chat and every memory is embedded."""
     async def settled():
-        status = await sc.chat_status(chat_id)
+        status = await sc.chats.status(chat_id)
         return status if status["jobs"]["pending"] == 0 and status["unembedded"] == 0 else None
 
     return await wait_for(settled, f"chat {chat_id!r} to settle", timeout)

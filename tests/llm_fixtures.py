@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fake_openai import FakeOpenAI
-from stbme.sidecar import Sidecar
+from stbme.services import Services
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def llm_settings(fake, **extra) -> dict:
 async def llm_sc(tmp_path, embedder, fake):
     """A sidecar in llm.mode=openai against the fake server, without its worker: tests run batches
     themselves (process_chat), so nothing races them."""
-    sc = Sidecar.open(tmp_path / "data", embedder=embedder, cli_settings=llm_settings(fake))
-    sc.llm.backoff_s = 0.01
+    sc = Services.open(tmp_path / "data", embedder=embedder, cli_settings=llm_settings(fake))
+    sc.memory_llm.client.backoff_s = 0.01
     yield sc
     await sc.close()

@@ -14,7 +14,8 @@ import pytest
 from conftest import DEADLINE_S, SILVER_KEY_CHAT, HashEmbedder, full_sync, settle, sync_body, wait_for
 
 from stbme import config
-from stbme.app import create_app, sidecar_key
+from stbme.api.app import create_app
+from stbme.api.keys import services_key
 from stbme.errors import StbmeError
 
 MISSING = object()
@@ -51,7 +52,7 @@ async def ok_json(resp, status: int = 200) -> dict:
 
 
 def sc_of(client):
-    return client.server.app[sidecar_key]
+    return client.server.app[services_key]
 
 
 async def recall(client, chat_id: str, query: str, **extra) -> dict:
@@ -665,7 +666,7 @@ async def test_unexpected_exception_is_a_500_with_the_shape(client, monkeypatch)
     async def broken():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sc, "list_chats", broken)
+    monkeypatch.setattr(sc.chats, "list", broken)
     data = await assert_error(await client.get("/v1/chats"), 500, None)
     assert "boom" not in data["error"]
 

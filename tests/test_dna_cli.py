@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import HashEmbedder, full_sync, settle
 
 from stbme.cli import main
-from stbme.sidecar import Sidecar
+from stbme.services import Services
 
 
 def run(*args, expect: int = 0) -> str:
@@ -22,7 +22,7 @@ def run(*args, expect: int = 0) -> str:
 
 async def prepare(data_dir) -> None:
     """A chat with a repair loop (two corrections two hours apart), made with the HashEmbedder."""
-    sc = Sidecar.open(data_dir, embedder=HashEmbedder())
+    sc = Services.open(data_dir, embedder=HashEmbedder())
     await sc.start()
     try:
         chat = [{"role": "user", "name": "Alex", "text": "(OOC: no, her eyes are green, not blue)"},

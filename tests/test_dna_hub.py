@@ -7,8 +7,9 @@ import socket
 import pytest
 
 from conftest import HashEmbedder, full_sync, settle
-from stbme.app import create_app, sidecar_key
-from stbme.dna.hub import create_hub_app
+from stbme.api.app import create_app
+from stbme.api.keys import services_key
+from stbme.api.hub import create_hub_app
 
 TOKEN = "hub-secret"
 
@@ -38,7 +39,7 @@ async def test_two_sidecars_share_genes_and_capsules(hub, aiohttp_client, tmp_pa
     chat = [{"role": "user", "name": "Alex", "text": "We decided the secret vault code is 4417."},
             {"role": "assistant", "name": "Elena", "text": "The code is safe with me."}]
     await full_sync(a, "private", chat)
-    await settle(a.server.app[sidecar_key], "private")
+    await settle(a.server.app[services_key], "private")
     for client in (a, b):
         resp = await client.post("/v1/dna/hub/heartbeat")
         assert resp.status == 200, await resp.text()
@@ -71,7 +72,7 @@ async def test_two_sidecars_share_genes_and_capsules(hub, aiohttp_client, tmp_pa
     assert (await b.post(f"/v1/dna/hub/fetch/genes/{gene['id']}")).status == 200
     missing = await b.post("/v1/dna/hub/fetch/genes/gene_nope")
     assert missing.status == 404 and "hub" in (await missing.json())["error"]
-    events = await b.server.app[sidecar_key].dna.events(kind="hub_fetch")
+    events = await b.server.app[services_key].dna_assets.events(kind="hub_fetch")
     assert len(events) == 3
 
 
@@ -84,10 +85,10 @@ async def hub_client_get(aiohttp_client, hub, path):
 
 
 async def hub_raw_dump(hub) -> str:
-    from stbme.dna.hub import hub_store_key
-    store = hub.app[hub_store_key]
-    return str([tuple(r) for r in store.run("SELECT * FROM hub_nodes")] +
-               [tuple(r) for r in store.run("SELECT * FROM hub_assets")])
+    from stbme.api.hub import hub_store_key
+    rows = await hub.app[hub_store_key].read(lambda conn: (conn.execute("SELECT * FROM hub_nodes").fetchall(),
+                                                           conn.execute("SELECT * FROM hub_assets").fetchall()))
+    return str([tuple(r) for r in rows[0]] + [tuple(r) for r in rows[1]])
 
 
 async def test_hub_requires_its_token(hub, aiohttp_client, tmp_path):
@@ -106,7 +107,7 @@ async def test_a_dead_hub_never_affects_the_chat(aiohttp_client, tmp_path):
     chat = [{"role": "user", "name": "Alex", "text": "I want slower pacing, don't rush the romance."},
             {"role": "assistant", "name": "Elena", "text": "Alright."}]
     await full_sync(c, "c", chat)
-    sc = c.server.app[sidecar_key]
+    sc = c.server.app[services_key]
     await settle(sc, "c")
     result = await (await c.post("/v1/chats/c/recall", json={"query": "pacing"})).json()
     assert "slower pacing" in result["text"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import full_sync, settle
+from conftest import create_node, full_sync, recall, settle
 
 from stbme.dna import repair
 from stbme.dna.repair import Directive, find_duplicate, find_loop_partner
@@ -16,7 +16,7 @@ def turn(user: str, reply: str = "The story goes on.") -> list[dict]:
 
 
 async def directives(sc, chat_id: str, type_: str | None = None) -> list[dict]:
-    nodes = (await sc.list_nodes(chat_id, limit=200, archived=None))["nodes"]
+    nodes = (await sc.memories.list(chat_id, limit=200, archived=None))["nodes"]
     return [n for n in nodes if n["source"] == "dna" and (type_ is None or n["type"] == type_)]
 
 
@@ -66,18 +66,18 @@ async def test_signals_become_directive_memories_injected_first(sidecar):
     assert found["correction"]["seq_range"] == [2, 2] and "ooc" in found["correction"]["tags"]
     assert found["error"]["importance"] == 8.0 and found["preference"]["importance"] == 7.0
     # the correction rewrote the memory it contradicts (journaled, with its history)
-    nodes = (await sidecar.list_nodes("c", limit=200, archived=None))["nodes"]
+    nodes = (await sidecar.memories.list("c", limit=200, archived=None))["nodes"]
     fixed = next(n for n in nodes if n["type"] == "event" and n["seq_range"] == [1, 1])
     assert fixed["fields"]["summary"] == "Elena's green eyes shine in the torchlight."
     assert fixed["evolution"][-1]["kind"] == "dna_correction"
-    edges = await sidecar.list_edges("c", found["correction"]["id"])
+    edges = await sidecar.memories.edges("c", found["correction"]["id"])
     assert any(e["relation"] == "updates" and e["to_id"] == fixed["id"] for e in edges)
     # recall puts them in the "User directives" section, whatever the query
-    result = await sidecar.recall("c", {"query": "what is for dinner"})
+    result = await recall(sidecar, "c", {"query": "what is for dinner"})
     assert "User directives" in result["text"]
     assert result["text"].index("green, not blue") < result["text"].index("User directives") + 400
     assert {m["type"] for m in result["memories"][:5]} == {"correction", "preference", "decision", "error", "workflow"}
-    kinds = [e["kind"] for e in await sidecar.dna.events(chat_id="c", limit=100)]
+    kinds = [e["kind"] for e in await sidecar.dna_assets.events(chat_id="c", limit=100)]
     assert kinds.count("signal") == 5 and kinds.count("gene_use") == 5 and "correct" in kinds
 
 
@@ -89,8 +89,8 @@ async def test_duplicate_signal_reinforces_instead_of_adding(sidecar):
     chat += turn("I want slower pacing, do not rush the romance!")
     await ingest(sidecar, "c", chat)
     assert [d["id"] for d in await directives(sidecar, "c")] == [first["id"]]
-    assert (await sidecar.get_node("c", first["id"]))["weight"] == 0.6
-    [event] = await sidecar.dna.events(chat_id="c", kind="reinforce")
+    assert (await sidecar.memories.get("c", first["id"]))["weight"] == 0.6
+    [event] = await sidecar.dna_assets.events(chat_id="c", kind="reinforce")
     assert event["data"]["node_id"] == first["id"] and event["data"]["similarity"] >= 0.9
 
 
@@ -110,9 +110,9 @@ async def test_repeated_correction_is_a_repair_loop(sidecar):
     assert (loop["first_id"], loop["second_id"]) == (first["id"], second["id"])
     assert loop["similarity"] >= 0.85 and 7000 < loop["time_gap"] < 7300 and loop["status"] == "open"
     for d in both:  # escalated by the repair_loop gene
-        node = await sidecar.get_node("c", d["id"])
+        node = await sidecar.memories.get("c", d["id"])
         assert node["pinned"] and node["locked"] and node["importance"] == 10.0
-    assert [e["kind"] for e in await sidecar.dna.events(chat_id="c", kind="repair_loop")] == ["repair_loop"]
+    assert [e["kind"] for e in await sidecar.dna_assets.events(chat_id="c", kind="repair_loop")] == ["repair_loop"]
     stats = await sidecar.dna.chat_stats("c")
     assert [x["id"] for x in stats["open_repair_loops"]] == [loop["id"]]
     resolved = await sidecar.dna.resolve_loop("c", loop["id"])
@@ -127,7 +127,7 @@ async def test_unrelated_corrections_are_no_loop(sidecar):
 
 
 async def test_loop_detection_can_be_turned_off(sidecar):
-    await sidecar.update_chat_settings("c", {"dna.repair_loop_detection": False})
+    await sidecar.settings_service.update_chat("c", {"dna.repair_loop_detection": False})
     chat = turn(CORRECTION)
     await ingest(sidecar, "c", chat)
     await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET created_at = created_at - 7200"))
@@ -138,16 +138,16 @@ async def test_loop_detection_can_be_turned_off(sidecar):
 
 async def test_reflect_finds_loops_among_manual_directives(sidecar):
     await ingest(sidecar, "c", turn("hello"))
-    a = await sidecar.create_node("c", {"type": "error", "fields": {"content": "you keep forgetting she lost her arm"}})
-    b = await sidecar.create_node("c", {"type": "error", "fields": {"content": "you keep forgetting: she lost her arm!"}})
+    a = await create_node(sidecar, "c", {"type": "error", "fields": {"content": "you keep forgetting she lost her arm"}})
+    b = await create_node(sidecar, "c", {"type": "error", "fields": {"content": "you keep forgetting: she lost her arm!"}})
     report = await sidecar.dna.reflect("c")
     assert [(x["first_id"], x["second_id"]) for x in report["repair_loops"]] == [(a["id"], b["id"])]
     assert (await sidecar.dna.reflect("c"))["repair_loops"] == []  # recorded once
-    assert (await sidecar.get_node("c", a["id"]))["locked"]
+    assert (await sidecar.memories.get("c", a["id"]))["locked"]
 
 
 async def test_strategy_decides_what_is_remembered(sidecar):
-    await sidecar.update_chat_settings("c", {"dna.evolution_strategy": "conservative"})
+    await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": "conservative"})
     chat = turn("We decided the heist is at midnight.") + turn("Remember: we decided the guard is bribed, always.")
     await ingest(sidecar, "c", chat)
     assert [d["fields"]["content"] for d in await directives(sidecar, "c")] == [
@@ -155,8 +155,8 @@ async def test_strategy_decides_what_is_remembered(sidecar):
 
 
 async def test_ooc_scope_and_switch(sidecar):
-    await sidecar.update_chat_settings("a", {"dna.signal_scope": "ooc"})
-    await sidecar.update_chat_settings("b", {"dna.signals": False})
+    await sidecar.settings_service.update_chat("a", {"dna.signal_scope": "ooc"})
+    await sidecar.settings_service.update_chat("b", {"dna.signals": False})
     chat = turn("I want slower pacing. (OOC: we decided the heist is at midnight)")
     await ingest(sidecar, "a", chat)
     await ingest(sidecar, "b", chat)
@@ -167,13 +167,13 @@ async def test_ooc_scope_and_switch(sidecar):
 async def test_locked_target_is_only_linked(sidecar):
     chat = turn("We talk.", "Elena's blue eyes narrow.")
     await ingest(sidecar, "c", chat)
-    nodes = (await sidecar.list_nodes("c", limit=50))["nodes"]
+    nodes = (await sidecar.memories.list("c", limit=50))["nodes"]
     target = next(n for n in nodes if n["type"] == "event" and "blue" in n["fields"]["summary"])
-    await sidecar.node_action("c", target["id"], "lock")
+    await sidecar.memories.act("c", target["id"], "lock")
     chat += turn(CORRECTION)
     await ingest(sidecar, "c", chat)
-    assert (await sidecar.get_node("c", target["id"]))["fields"]["summary"] == "Elena's blue eyes narrow."
-    [event] = await sidecar.dna.events(chat_id="c", kind="correct")
+    assert (await sidecar.memories.get("c", target["id"]))["fields"]["summary"] == "Elena's blue eyes narrow."
+    [event] = await sidecar.dna_assets.events(chat_id="c", kind="correct")
     assert event["data"]["action"] == "kept (locked)" and event["data"]["target_id"] == target["id"]
 
 
@@ -183,16 +183,16 @@ def test_cosine_handles_zero_vectors():
 
 
 async def test_without_gep_every_signal_is_remembered_and_loops_still_escalate(sidecar):
-    await sidecar.update_chat_settings("c", {"dna.gep_enabled": False})
-    await sidecar.dna.edit_gene("gene_decision_record", {"enabled": False})  # genes do not matter without GEP
+    await sidecar.settings_service.update_chat("c", {"dna.gep_enabled": False})
+    await sidecar.dna_assets.edit_gene("gene_decision_record", {"enabled": False})  # genes do not matter without GEP
     chat = turn("We decided the heist is at midnight.") + turn("We talk.", "Elena's blue eyes narrow.") + turn(CORRECTION)
     await ingest(sidecar, "c", chat)
     assert sorted(d["type"] for d in await directives(sidecar, "c")) == ["correction", "decision"]
-    assert await sidecar.dna.events(chat_id="c", kind="gene_use") == []
-    nodes = (await sidecar.list_nodes("c", limit=100))["nodes"]
+    assert await sidecar.dna_assets.events(chat_id="c", kind="gene_use") == []
+    nodes = (await sidecar.memories.list("c", limit=100))["nodes"]
     assert any(n["fields"].get("summary") == "Elena's green eyes narrow." for n in nodes)
     await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET created_at = created_at - 7200"))
     chat += turn("(OOC: no!! her eyes are green, not blue)")
     await ingest(sidecar, "c", chat)
     [loop] = await sidecar.dna.list_loops("c")
-    assert (await sidecar.get_node("c", loop["first_id"]))["pinned"]
+    assert (await sidecar.memories.get("c", loop["first_id"]))["pinned"]

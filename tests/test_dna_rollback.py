@@ -51,7 +51,7 @@ async def dna_snapshot(sc, chat_id: str) -> dict:
 
 
 async def directive_texts(sc, chat_id):
-    nodes = (await sc.list_nodes(chat_id, limit=500, archived=None))["nodes"]
+    nodes = (await sc.memories.list(chat_id, limit=500, archived=None))["nodes"]
     return sorted((n["type"], n["fields"]["content"]) for n in nodes if n["source"] == "dna")
 
 
@@ -66,7 +66,7 @@ async def test_editing_the_message_removes_its_directive(sidecar):
     await ingest(sidecar, "c", chat)
     assert await directive_texts(sidecar, "c") == [
         ("correction", "no, her eyes are green, not blue"), ("decision", "We decided the heist is at midnight.")]
-    nodes = (await sidecar.list_nodes("c", limit=100))["nodes"]
+    nodes = (await sidecar.memories.list("c", limit=100))["nodes"]
     assert any("green eyes" in str(n["fields"]) for n in nodes)  # the correction fixed message 1's memory
     # the user edits the correction away: the directive, the fix and the later decision are undone...
     chat[2] = {"role": "user", "name": "Alex", "text": "I look around."}
@@ -74,7 +74,7 @@ async def test_editing_the_message_removes_its_directive(sidecar):
     await settle(sidecar, "c")
     # ...and the decision (a later message) is rebuilt
     assert await directive_texts(sidecar, "c") == [("decision", "We decided the heist is at midnight.")]
-    nodes = (await sidecar.list_nodes("c", limit=100))["nodes"]
+    nodes = (await sidecar.memories.list("c", limit=100))["nodes"]
     assert any("blue eyes" in str(n["fields"]) for n in nodes) and not any("green" in str(n["fields"]) for n in nodes)
     # cutting the chat back restores the graph exactly
     assert await ingest(sidecar, "c", chat[:2]) == before
@@ -89,14 +89,14 @@ async def test_rollback_removes_repair_loops(sidecar):
              {"role": "assistant", "name": "Elena", "text": "Sorry!"}]
     await ingest(sidecar, "c", chat)
     assert len(await sidecar.dna.list_loops("c")) == 1
-    first = next(n for n in (await sidecar.list_nodes("c", limit=50))["nodes"]
+    first = next(n for n in (await sidecar.memories.list("c", limit=50))["nodes"]
                  if n["source"] == "dna" and n["seq_range"] == [0, 0])
     assert first["pinned"] and first["locked"]
     chat[2] = {"role": "user", "name": "Alex", "text": "Thanks."}
     await ingest(sidecar, "c", chat)
     assert await sidecar.dna.list_loops("c", None) == []
     assert await sidecar.store.read(lambda conn: conn.execute("SELECT count(*) FROM repair_loops").fetchone()[0]) == 0
-    first = await sidecar.get_node("c", first["id"])
+    first = await sidecar.memories.get("c", first["id"])
     assert not first["pinned"] and not first["locked"] and first["importance"] == 8.0  # escalation undone
 
 

@@ -1,4 +1,4 @@
-"""OpenAIEmbedder against a fake OpenAI-compatible /v1/embeddings server over real HTTP, and the Sidecar
+"""OpenAIEmbedder against a fake OpenAI-compatible /v1/embeddings server over real HTTP, and the Services
 using it end to end. Only the network peer is fake; vectors are bag-of-words so recall behaves."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import orjson
 import pytest
 from aiohttp import web
-from conftest import HashEmbedder, full_sync, settle, wait_for
+from conftest import HashEmbedder, create_node, full_sync, recall, settle, wait_for
 
 from stbme.embed.base import EmbedError
 from stbme.embed.openai import OpenAIEmbedder
-from stbme.sidecar import Sidecar
+from stbme.services import Services
 
 DIM = 32
 
@@ -267,12 +267,12 @@ def openai_settings(fake, **extra) -> dict:
 
 
 async def test_sidecar_opened_with_openai_provider(tmp_path, fake):
-    sc = Sidecar.open(tmp_path / "data", cli_settings=openai_settings(fake))
+    sc = Services.open(tmp_path / "data", cli_settings=openai_settings(fake))
     await sc.start()
     try:
         await full_sync(sc, "c1", MESSAGES)
         await settle(sc, "c1")
-        result = await sc.recall("c1", {"query": "where is the silver key buried?"})
+        result = await recall(sc, "c1", {"query": "where is the silver key buried?"})
         assert "oak tree" in result["text"]
         assert any("silver key" in t for batch in fake.inputs for t in batch)
     finally:
@@ -281,71 +281,71 @@ async def test_sidecar_opened_with_openai_provider(tmp_path, fake):
 
 async def test_sidecar_opened_with_openai_down_loses_nothing(tmp_path, fake):
     fake.default = "500"  # down from the start: the dimension is not even known yet
-    sc = Sidecar.open(tmp_path / "data", cli_settings=openai_settings(fake))
+    sc = Services.open(tmp_path / "data", cli_settings=openai_settings(fake))
     await sc.start()
     try:
         result = await full_sync(sc, "c1", MESSAGES)
         assert result["status"] == "synced" and result["stored_length"] == len(MESSAGES)
 
         async def stored():
-            return (await sc.chat_status("c1"))["processed_upto"] == len(MESSAGES) - 1
+            return (await sc.chats.status("c1"))["processed_upto"] == len(MESSAGES) - 1
 
         await wait_for(stored, "the memories of the chat")
-        status = await sc.chat_status("c1")
+        status = await sc.chats.status("c1")
         assert status["nodes"] >= len(MESSAGES) and status["unembedded"] > 0
-        found = await sc.list_nodes("c1", q="silver key")
+        found = await sc.memories.list("c1", contains="silver key")
         assert found["total"] == 2
-        assert "oak tree" in (await sc.recall("c1", {"query": "where is the silver key buried?"}))["text"]
+        assert "oak tree" in (await recall(sc, "c1", {"query": "where is the silver key buried?"}))["text"]
         # back up: the next write embeds everything pending, and recall uses the vectors
         fake.default = "ok"
-        node = await sc.create_node("c1", {"text": "The lighthouse keeper is called Brannoc"})
-        assert (await sc.chat_status("c1"))["unembedded"] == 0
-        result = await sc.recall("c1", {"query": "who keeps the lighthouse?"})
+        node = await create_node(sc, "c1", {"text": "The lighthouse keeper is called Brannoc"})
+        assert (await sc.chats.status("c1"))["unembedded"] == 0
+        result = await recall(sc, "c1", {"query": "who keeps the lighthouse?"})
         assert node["id"] in {m["id"] for m in result["memories"]}
-        assert (await sc.health())["embedder"]["dim"] == DIM
+        assert (await sc.health.report())["embedder"]["dim"] == DIM
     finally:
         await sc.close()
 
 
 async def test_reindex_before_the_dimension_is_known(tmp_path, fake):
     fake.default = "500"
-    sc = Sidecar.open(tmp_path / "data", cli_settings=openai_settings(fake))
+    sc = Services.open(tmp_path / "data", cli_settings=openai_settings(fake))
     await sc.start()
     try:
         await full_sync(sc, "c1", MESSAGES)
 
         async def stored():
-            return (await sc.chat_status("c1"))["processed_upto"] == len(MESSAGES) - 1
+            return (await sc.chats.status("c1"))["processed_upto"] == len(MESSAGES) - 1
 
         await wait_for(stored, "the memories of the chat")
         fake.default = "ok"
-        result = await sc.reindex("c1")
-        assert result["indexed"] == (await sc.chat_status("c1"))["nodes"]
+        result = await sc.embedding.reindex("c1")
+        assert result["indexed"] == (await sc.chats.status("c1"))["nodes"]
     finally:
         await sc.close()
 
 
 async def test_restart_after_switching_to_openai(tmp_path, fake):
-    sc = Sidecar.open(tmp_path / "data", embedder=HashEmbedder())
+    sc = Services.open(tmp_path / "data", embedder=HashEmbedder())
     await sc.start()
     try:
         await full_sync(sc, "c1", MESSAGES)
         await settle(sc, "c1")
-        await sc.update_settings(openai_settings(fake))
+        await sc.settings_service.update_global(openai_settings(fake))
 
         async def switched():
-            return (await sc.health())["embedder"]["id"].startswith("openai:")
+            return (await sc.health.report())["embedder"]["id"].startswith("openai:")
 
         await wait_for(switched, "the switch")
     finally:
         await sc.close()
-    sc = Sidecar.open(tmp_path / "data")  # the saved settings now say openai
+    sc = Services.open(tmp_path / "data")  # the saved settings now say openai
     await sc.start()
     try:
         assert sc.embeddings.id.startswith("openai:")
         status = await settle(sc, "c1")
         assert status["unembedded"] == 0
-        assert "oak tree" in (await sc.recall("c1", {"query": "where is the silver key buried?"}))["text"]
+        assert "oak tree" in (await recall(sc, "c1", {"query": "where is the silver key buried?"}))["text"]
     finally:
         await sc.close()
 
@@ -353,16 +353,16 @@ async def test_restart_after_switching_to_openai(tmp_path, fake):
 @pytest.fixture
 async def openai_sidecar(tmp_path, fake):
     """A started sidecar switched at runtime from another embedder to the fake OpenAI-compatible API."""
-    sc = Sidecar.open(tmp_path / "data", embedder=HashEmbedder())
+    sc = Services.open(tmp_path / "data", embedder=HashEmbedder())
     await sc.start()
-    await sc.update_settings(openai_settings(fake))
+    await sc.settings_service.update_global(openai_settings(fake))
 
     async def switched():
-        health = await sc.health()
+        health = await sc.health.report()
         return health["embedder"]["id"].startswith("openai:") and health["embedder"]["reembedding"] is None
 
     await wait_for(switched, "the switch to the openai embedder")
-    assert (await sc.health())["embedder"]["dim"] == DIM
+    assert (await sc.health.report())["embedder"]["dim"] == DIM
     yield sc
     await sc.close()
 
@@ -378,7 +378,7 @@ async def test_sidecar_end_to_end_with_openai(openai_sidecar, fake):
     assert all(len(batch) <= 4 for batch in fake.inputs)  # embed.batch_size
     assert all(c["auth"] == "Bearer sk-fake" for c in fake.calls)
     calls = len(fake.calls)
-    result = await sc.recall("c1", {"query": "where is the silver key buried?"})
+    result = await recall(sc, "c1", {"query": "where is the silver key buried?"})
     assert "oak tree" in result["text"]
     assert result["memories"][0]["score_parts"]["vector"] > 0.3
     assert len(fake.calls) == calls + 1 and fake.inputs[-1] == ["where is the silver key buried?"]
@@ -394,24 +394,24 @@ async def test_sidecar_with_openai_down_loses_nothing(openai_sidecar, fake):
     assert result["status"] == "synced" and result["stored_length"] == len(MESSAGES + MORE)
 
     async def stored():
-        found = await sc.list_nodes("c1", q="caravan")
+        found = await sc.memories.list("c1", contains="caravan")
         return found["total"] == 2 and found
 
     found = await wait_for(stored, "the memories of the new messages")
     assert {n["seq_range"][0] for n in found["nodes"]} == {8, 9}
-    status = await sc.chat_status("c1")
+    status = await sc.chats.status("c1")
     assert status["unembedded"] > 0 and status["messages"] == len(MESSAGES + MORE)
     # a manual memory is kept too
-    node = await sc.create_node("c1", {"text": "The caravan master is called Brannoc"})
-    assert (await sc.get_node("c1", node["id"]))["fields"]["summary"] == "The caravan master is called Brannoc"
-    assert (await sc.chat_status("c1"))["unembedded"] >= 3
+    node = await create_node(sc, "c1", {"text": "The caravan master is called Brannoc"})
+    assert (await sc.memories.get("c1", node["id"]))["fields"]["summary"] == "The caravan master is called Brannoc"
+    assert (await sc.chats.status("c1"))["unembedded"] >= 3
 
     # back up: the pending memories get embedded and found by meaning
     fake.default = "ok"
-    await sc.reindex("c1")
-    status = await sc.chat_status("c1")
+    await sc.embedding.reindex("c1")
+    status = await sc.chats.status("c1")
     assert status["unembedded"] == 0
-    result = await sc.recall("c1", {"query": "who is the caravan master?"})
+    result = await recall(sc, "c1", {"query": "who is the caravan master?"})
     assert node["id"] in {m["id"] for m in result["memories"]}
 
 
@@ -423,13 +423,13 @@ async def test_retried_job_embeds_after_an_outage(openai_sidecar, fake):
     await full_sync(sc, "c1", MESSAGES + MORE)
 
     async def failed():
-        return (await sc.chat_status("c1"))["jobs"]["last_error"]
+        return (await sc.chats.status("c1"))["jobs"]["last_error"]
 
     assert "HTTP 500" in await wait_for(failed, "the job to fail")
     fake.default = "ok"
 
     async def retried():  # the worker retries after its backoff (2 s) and marks the job done
-        status = await sc.chat_status("c1")
+        status = await sc.chats.status("c1")
         return status["jobs"]["pending"] == 0 and status["jobs"]["last_error"] is None and status
 
     status = await wait_for(retried, "the retried job")
@@ -441,30 +441,30 @@ async def test_recall_falls_back_to_keywords_when_the_api_is_down(openai_sidecar
     await full_sync(sc, "c1", MESSAGES)
     await settle(sc, "c1")
     fake.default = "500"
-    result = await sc.recall("c1", {"query": "where is the silver key buried?"})
+    result = await recall(sc, "c1", {"query": "where is the silver key buried?"})
     assert "oak tree" in result["text"]
 
 
 async def test_switch_to_a_dead_api_keeps_the_old_embedder(tmp_path, fake):
-    sc = Sidecar.open(tmp_path / "data", embedder=HashEmbedder())
+    sc = Services.open(tmp_path / "data", embedder=HashEmbedder())
     await sc.start()
     try:
         await full_sync(sc, "c1", MESSAGES)
         await settle(sc, "c1")
         fake.default = "500"
-        await sc.update_settings(openai_settings(fake))
+        await sc.settings_service.update_global(openai_settings(fake))
 
         async def failed():
-            return (await sc.health())["embedder"]["last_error"]
+            return (await sc.health.report())["embedder"]["last_error"]
 
         error = await wait_for(failed, "the failed switch")
         assert "HTTP 500" in error
-        assert (await sc.health())["embedder"]["id"] == "test:hash-128"
-        assert "oak tree" in (await sc.recall("c1", {"query": "where is the silver key buried?"}))["text"]
+        assert (await sc.health.report())["embedder"]["id"] == "test:hash-128"
+        assert "oak tree" in (await recall(sc, "c1", {"query": "where is the silver key buried?"}))["text"]
     finally:
         await sc.close()
 
 
 async def test_secret_key_is_not_in_the_settings_view(openai_sidecar):
     assert openai_sidecar.settings.all()["embed.openai_key"] == "***"
-    assert orjson.dumps(await openai_sidecar.health()).find(b"sk-fake") == -1
+    assert orjson.dumps(await openai_sidecar.health.report()).find(b"sk-fake") == -1

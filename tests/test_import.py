@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import full_sync, settle
 
-from stbme.app import sidecar_key
+from stbme.api.keys import services_key
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHAT = "Elena - 2024-5-1 @12h 00m 00s 000ms"
@@ -71,7 +71,7 @@ def by_label(nodes: list[dict]) -> dict[str, dict]:
 
 async def synced_chat(client, chat_id: str = CHAT) -> None:
     await full_sync(client, chat_id, MESSAGES)
-    await settle(client.server.app[sidecar_key], chat_id)
+    await settle(client.server.app[services_key], chat_id)
 
 
 # -- graph v4 (early flat version) ----------------------------------------------------------------
@@ -228,7 +228,7 @@ async def test_wrapped_graph_is_accepted(client):
 
 # -- processing position --------------------------------------------------------------------------
 async def test_replace_takes_last_processed_seq(client):
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     await synced_chat(client)
     assert {n["source"] for n in await nodes_of(client, CHAT)} == {"heuristic"}
     await import_doc(client, CHAT, load("st_bme_graph_v9.json"), mode="replace")
@@ -257,7 +257,7 @@ async def test_replace_uses_history_state_when_last_processed_seq_is_missing(cli
 
 async def test_replace_clamps_last_processed_seq_to_the_chat(client):
     await full_sync(client, CHAT, MESSAGES[:4])
-    await settle(client.server.app[sidecar_key], CHAT)
+    await settle(client.server.app[services_key], CHAT)
     await import_doc(client, CHAT, load("st_bme_graph_v4.json"), mode="replace")
     assert (await ok_json(await client.get(url(CHAT, "/status"))))["processed_upto"] == 3
 

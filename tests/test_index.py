@@ -44,23 +44,23 @@ def test_save_load_roundtrip_and_mismatch(tmp_path):
     vecs = unit(rng, 100)
     index.upsert([f"n{i}" for i in range(100)], vecs, [1] * 100)
     index.remove(["n3"])
-    index.save(tmp_path / "idx", watermark=42)
-    loaded, watermark = ChatIndex.load(tmp_path / "idx", embedder_id="model-a", dim=16)
-    assert watermark == 42 and len(loaded) == 99 and "n3" not in loaded
+    index.save(tmp_path / "idx")
+    loaded = ChatIndex.load(tmp_path / "idx", embedder_id="model-a", dim=16)
+    assert len(loaded) == 99 and "n3" not in loaded
     assert loaded.query(vecs[5], 1)[0][0] == "n5"
     with pytest.raises(IndexMismatch, match="built by model-a"):
         ChatIndex.load(tmp_path / "idx", embedder_id="model-b", dim=16)
     with pytest.raises(IndexMismatch):
         ChatIndex.load(tmp_path / "missing", embedder_id="model-a", dim=16)
     # a second save replaces the file atomically and removes the old generation
-    loaded.save(tmp_path / "idx", watermark=43)
+    loaded.save(tmp_path / "idx")
     assert len(list(tmp_path.glob("idx.*.bin"))) == 1
 
 
 def test_corrupt_index_file_is_a_mismatch(tmp_path):
     index = ChatIndex(8, "m")
     index.upsert(["a", "b"], np.eye(2, 8, dtype=np.float32), [1, 1])
-    index.save(tmp_path / "idx", watermark=1)
+    index.save(tmp_path / "idx")
     for f in tmp_path.glob("idx.*.bin"):
         f.write_bytes(b"garbage")
     with pytest.raises(IndexMismatch):
@@ -81,29 +81,29 @@ async def _chat_with_memories(sidecar, n=12):
 
 async def test_manager_reconciles_a_stale_saved_index(sidecar):
     await _chat_with_memories(sidecar)
-    index = await sidecar.indexes.get("c")
+    index = await sidecar.indexes.vectors.get("c")
     await sidecar.indexes.save_dirty()
     before = set(index.rev_of)
-    node = (await sidecar.list_nodes("c", limit=1, type_="event"))["nodes"][0]
-    await sidecar.node_action("c", node["id"], "archive")  # changes the store after the save
-    sidecar.indexes._indexes.clear()  # as after a restart
-    reloaded = await sidecar.indexes.get("c")
+    node = (await sidecar.memories.list("c", limit=1, type_="event"))["nodes"][0]
+    await sidecar.memories.act("c", node["id"], "archive")  # changes the store after the save
+    sidecar.indexes.vectors._items.clear()  # as after a restart
+    reloaded = await sidecar.indexes.vectors.get("c")
     assert set(reloaded.rev_of) == before - {node["id"]}
 
 
 async def test_manager_rebuilds_when_the_file_is_missing_or_from_another_model(sidecar, tmp_path):
     await _chat_with_memories(sidecar)
-    expected = set((await sidecar.indexes.get("c")).rev_of)
+    expected = set((await sidecar.indexes.vectors.get("c")).rev_of)
     await sidecar.indexes.save_dirty()
-    for f in sidecar.indexes.directory.glob("*.bin"):
+    for f in sidecar.indexes.vectors.directory.glob("*.bin"):
         f.unlink()
-    sidecar.indexes._indexes.clear()
-    assert set((await sidecar.indexes.get("c")).rev_of) == expected
+    sidecar.indexes.vectors._items.clear()
+    assert set((await sidecar.indexes.vectors.get("c")).rev_of) == expected
     await sidecar.indexes.save_dirty()
-    meta = next(sidecar.indexes.directory.glob("*.json"))
+    meta = next(sidecar.indexes.vectors.directory.glob("*.json"))
     meta.write_text(meta.read_text().replace(sidecar.embeddings.id, "other-model"))
-    sidecar.indexes._indexes.clear()
-    assert set((await sidecar.indexes.get("c")).rev_of) == expected
+    sidecar.indexes.vectors._items.clear()
+    assert set((await sidecar.indexes.vectors.get("c")).rev_of) == expected
 
 
 async def test_index_files_are_named_by_hash_not_chat_id(sidecar):
@@ -111,26 +111,26 @@ async def test_index_files_are_named_by_hash_not_chat_id(sidecar):
 
     await full_sync(sidecar, "../../evil/../name", [{"role": "user", "name": "A", "text": "hi"},
                                                     {"role": "assistant", "name": "B", "text": "hello"}])
-    await sidecar.indexes.get("../../evil/../name")
+    await sidecar.indexes.vectors.get("../../evil/../name")
     await sidecar.indexes.save_dirty()
-    for path in sidecar.indexes.directory.iterdir():
-        assert "evil" not in path.name and path.parent == sidecar.indexes.directory
+    for path in sidecar.indexes.vectors.directory.iterdir():
+        assert "evil" not in path.name and path.parent == sidecar.indexes.vectors.directory
 
 
 async def test_index_mostly_made_of_deleted_slots_is_rebuilt(sidecar, monkeypatch):
-    import stbme.index.manager as manager
+    import stbme.index.vectors as vectors
 
-    monkeypatch.setattr(manager, "MIN_DEAD_SLOTS", 4)
+    monkeypatch.setattr(vectors, "MIN_DEAD_SLOTS", 4)
     await _chat_with_memories(sidecar)
-    index = await sidecar.indexes.get("c")
+    index = await sidecar.indexes.vectors.get("c")
     live = len(index)
-    nodes = (await sidecar.list_nodes("c", limit=500, type_="event"))["nodes"]
+    nodes = (await sidecar.memories.list("c", limit=500, type_="event"))["nodes"]
     for node in nodes[: live - 3]:
-        await sidecar.node_action("c", node["id"], "archive")
-    rebuilt = await sidecar.indexes.get("c")
+        await sidecar.memories.act("c", node["id"], "archive")
+    rebuilt = await sidecar.indexes.vectors.get("c")
     assert rebuilt is not index  # swapped for a compact one on the way
     assert rebuilt.next_label - len(rebuilt) <= max(4, 2 * len(rebuilt))  # dead slots stay bounded
-    status = await sidecar.chat_status("c")
+    status = await sidecar.chats.status("c")
     assert len(rebuilt) == status["nodes"] - status["unembedded"] < live
 
 

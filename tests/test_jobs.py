@@ -3,27 +3,27 @@ failures are parked with their error."""
 
 from __future__ import annotations
 
-from conftest import HashEmbedder, settle, sync_body, wait_for
-from stbme.sidecar import Sidecar
+from conftest import HashEmbedder, recall, settle, sync, sync_body, wait_for
+from stbme.services import Services
 
 CHAT = [{"role": "user", "name": "Alex", "text": "The vault code is 4417."},
         {"role": "assistant", "name": "Elena", "text": "Noted."}] * 3
 
 
 async def test_interrupted_job_resumes_after_restart(tmp_path):
-    sc = Sidecar.open(tmp_path, embedder=HashEmbedder())  # not started: no worker, like a crash before it ran
-    result = await sc.sync("c", sync_body(CHAT, start=0))
+    sc = Services.open(tmp_path, embedder=HashEmbedder())  # not started: no worker, like a crash before it ran
+    result = await sync(sc, "c", sync_body(CHAT, start=0))
     assert result["queued"] and result["processed_upto"] == -1
     await sc.store.write(lambda conn: conn.execute("UPDATE jobs SET state = 'running'"))  # died mid-job
     await sc.close()
 
-    sc = Sidecar.open(tmp_path, embedder=HashEmbedder())
+    sc = Services.open(tmp_path, embedder=HashEmbedder())
     await sc.start()
     try:
         status = await settle(sc, "c")
         assert status["processed_upto"] == len(CHAT) - 1 and status["nodes"] > 0
-        recall = await sc.recall("c", {"query": "vault code", "budget_tokens": 200})
-        assert "4417" in recall["text"]
+        found = await recall(sc, "c", {"query": "vault code", "budget_tokens": 200})
+        assert "4417" in found["text"]
     finally:
         await sc.close()
 
@@ -35,22 +35,21 @@ class BrokenEmbedder(HashEmbedder):
         raise EmbedError("embeddings API unreachable")
 
 
-async def test_embedding_failure_parks_the_job_and_keeps_memories(tmp_path, monkeypatch):
-    import stbme.sidecar as sidecar_module
-
-    monkeypatch.setattr(sidecar_module, "MAX_JOB_ATTEMPTS", 1)
-    sc = Sidecar.open(tmp_path, embedder=BrokenEmbedder())
+async def test_embedding_failure_parks_the_job_and_keeps_memories(tmp_path):
+    sc = Services.open(tmp_path, embedder=BrokenEmbedder())
+    sc.worker.max_attempts = 1
     await sc.start()
     try:
-        await sc.sync("c", sync_body(CHAT, start=0))
+        await sync(sc, "c", sync_body(CHAT, start=0))
+
         async def parked():
-            status = await sc.chat_status("c")
+            status = await sc.chats.status("c")
             return status if status["jobs"]["failed"] else None
 
         status = await wait_for(parked, "the job to be parked")
         assert status["jobs"]["failed"] == 1 and "unreachable" in status["jobs"]["last_error"]
         assert status["nodes"] > 0 and status["unembedded"] == status["nodes"]  # written, not lost
-        recall = await sc.recall("c", {"query": "vault code 4417", "budget_tokens": 200})
-        assert "4417" in recall["text"]  # keywords still find it
+        found = await recall(sc, "c", {"query": "vault code 4417", "budget_tokens": 200})
+        assert "4417" in found["text"]  # keywords still find it
     finally:
         await sc.close()

@@ -12,7 +12,8 @@ import orjson
 
 from conftest import full_sync, wait_for
 from fake_openai import answer
-from stbme.app import create_app, polls_key, sidecar_key
+from stbme.api.app import create_app
+from stbme.api.keys import polls_key, services_key
 from test_sync_rollback import make_chat
 
 CLIENT = "phone-client-1"
@@ -26,7 +27,7 @@ async def poll(client, wait_s=5, relay=False):
 
 
 async def test_poll_returns_notices_and_empty_after_the_wait(client):
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     assert await poll(client, wait_s=0) == []  # opens the session
     sc.live.notice("info", "hello phone")
     messages = await poll(client)
@@ -35,7 +36,7 @@ async def test_poll_returns_notices_and_empty_after_the_wait(client):
 
 
 async def test_poll_waits_for_the_next_message(client):
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     await poll(client, wait_s=0)
     waiting = asyncio.create_task(poll(client, wait_s=30))
     session = client.server.app[polls_key].get(CLIENT)
@@ -55,7 +56,7 @@ async def test_bad_poll_requests_name_the_field(client):
 
 
 async def test_expired_session_stops_relaying(client):
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     await poll(client, wait_s=0, relay=True)
     assert sc.relay.connected == 1
     sessions = client.server.app[polls_key]
@@ -74,7 +75,7 @@ async def relay_poll_client(aiohttp_client, tmp_path, embedder):
 async def test_relay_over_long_poll(relay_poll_client):
     """An extension on the proxy route answers relayed LLM requests through poll + send."""
     client = relay_poll_client
-    sc = client.server.app[sidecar_key]
+    sc = client.server.app[services_key]
     await poll(client, wait_s=0, relay=True)
     stop = asyncio.Event()
 
@@ -92,7 +93,7 @@ async def test_relay_over_long_poll(relay_poll_client):
     try:
         await full_sync(client, "c", make_chat(random.Random(3), 1))
         async def processed():
-            status = await sc.chat_status("c")
+            status = await sc.chats.status("c")
             return status if status["processed_upto"] == 1 and status["jobs"]["pending"] == 0 else None
 
         status = await wait_for(processed, "the relayed extraction")

@@ -9,18 +9,18 @@ import random
 import orjson
 import pytest
 
-from conftest import full_sync
+from conftest import full_sync, recall
 from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
 from stbme.llm.base import LLMError
 from stbme.pipeline.extract import parse_operations, smart_score, strip_tags
 from stbme.pipeline.sync import Message
-from stbme.sidecar import Sidecar
+from stbme.services import Services
 from test_sync_rollback import line, make_chat, random_edit
 
 
 async def ingest(sc, chat_id: str, chat: list[dict]) -> dict:
     await full_sync(sc, chat_id, chat)
-    await sc.process_chat(chat_id)
+    await sc.processor.process_chat(chat_id)
     return await snapshot(sc, chat_id)
 
 
@@ -37,7 +37,7 @@ async def snapshot(sc, chat_id: str) -> dict:
 
     nodes, edges, upto = await sc.store.read(read)
     key = {n["id"]: (n["type"], n["fields"], n["seq_from"], n["seq_to"], n["level"]) for n in nodes}
-    index = await sc.indexes.get(chat_id)
+    index = await sc.indexes.vectors.get(chat_id)
     assert set(index.rev_of) == {n["id"] for n in nodes if not n["archived"] and n["embedded"]}
     return {
         "nodes": sorted((*key[n["id"]], n["archived"], n["importance"], n["pinned"], n["locked"], n["tags"],
@@ -110,7 +110,7 @@ async def test_extraction_builds_structured_memories(llm_sc, fake):
     assert llm_nodes(snap, "location")[0][1] == '{"name":"Ashford"}'
     # heuristic per-message events stay as the raw layer
     assert len([n for n in snap["nodes"] if n[0] == "event" and n[-1] == "heuristic"]) == 4
-    usage = (await llm_sc.health())["llm"]["usage"]
+    usage = (await llm_sc.health.report())["llm"]["usage"]
     assert usage["tasks"]["extract"]["calls"] == 2 and usage["total"]["prompt_tokens"] > 100
 
 
@@ -145,12 +145,12 @@ async def test_locked_memories_are_never_rewritten(llm_sc, fake):
     chat = [{"role": "user", "name": "A", "text": "Hi"},
             {"role": "assistant", "name": "N", "text": "Elena waits by the lighthouse."}]
     await ingest(llm_sc, "c", chat)
-    elena = (await llm_sc.list_nodes("c", type_="character", q="Elena"))["nodes"][0]
-    await llm_sc.node_action("c", elena["id"], "lock")
+    elena = (await llm_sc.memories.list("c", type_="character", contains="Elena"))["nodes"][0]
+    await llm_sc.memories.act("c", elena["id"], "lock")
     chat += [{"role": "user", "name": "A", "text": "And then?"},
              {"role": "assistant", "name": "N", "text": "Elena is captured near the lighthouse."}]
     await ingest(llm_sc, "c", chat)
-    after = await llm_sc.get_node("c", elena["id"])
+    after = await llm_sc.memories.get("c", elena["id"])
     assert after["fields"] == elena["fields"] and after["evolution"] == [] and after["tags"] == elena["tags"]
     assert "evolve" in fake.tasks()
 
@@ -186,7 +186,7 @@ async def test_evolution_links_and_updates_only_shown_neighbours(llm_sc, fake):
     assert len(evolve_calls) <= fake.tasks().count("extract")
     evolved = [n for n in snap["nodes"] if '"context":"Seen again' in n[1]]
     assert evolved and all(n[9] for n in evolved)  # tags set
-    nodes = (await llm_sc.list_nodes("c", limit=500))["nodes"]
+    nodes = (await llm_sc.memories.list("c", limit=500))["nodes"]
     history = [n for n in nodes if n["evolution"]]
     assert history and all(h["evolution"][-1]["triggered_by"].startswith("n_") for h in history)
     events = await llm_sc.store.read(lambda conn: conn.execute(
@@ -204,7 +204,7 @@ async def test_evolution_failure_degrades(llm_sc, fake):
 
 # -- maintenance ------------------------------------------------------------------------------------
 async def test_maintenance_summaries_rollups_synopsis_reflection_compression(tmp_path, embedder, fake):
-    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
     try:
         snap = await ingest(sc, "c", make_chat(random.Random(5), 16))
     finally:
@@ -226,7 +226,7 @@ async def test_maintenance_summaries_rollups_synopsis_reflection_compression(tmp
 
 async def test_maintenance_failure_degrades(tmp_path, embedder, fake):
     fake.garbage_tasks |= {"summary", "synopsis"}
-    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
     try:
         snap = await ingest(sc, "c", make_chat(random.Random(6), 4))
     finally:
@@ -236,13 +236,13 @@ async def test_maintenance_failure_degrades(tmp_path, embedder, fake):
 
 # -- failures ---------------------------------------------------------------------------------------
 async def test_dead_llm_parks_the_batch_and_loses_nothing(llm_sc, fake):
-    await llm_sc.update_settings({"llm.degrade_when_down": False})
+    await llm_sc.settings_service.update_global({"llm.degrade_when_down": False})
     chat = make_chat(random.Random(7), 2)
     await full_sync(llm_sc, "c", chat)
     fake.statuses = [500] * 100
     with pytest.raises(LLMError, match="failed after 2 attempts: HTTP 500"):
-        await llm_sc.process_chat("c")
-    status = await llm_sc.chat_status("c")
+        await llm_sc.processor.process_chat("c")
+    status = await llm_sc.chats.status("c")
     assert status["processed_upto"] == -1 and status["nodes"] == 0  # nothing half-written
     fake.statuses = []
     snap = await ingest(llm_sc, "c", chat)
@@ -255,20 +255,20 @@ async def test_dead_llm_degrades_then_the_batches_are_redone(llm_sc, fake):
     chat = make_chat(random.Random(7), 3)
     await full_sync(llm_sc, "c", chat)
     fake.statuses = [500] * 1000
-    await llm_sc.process_chat("c")
-    status = await llm_sc.chat_status("c")
+    await llm_sc.processor.process_chat("c")
+    status = await llm_sc.chats.status("c")
     assert status["processed_upto"] == 5 and status["degraded_from"] == 0 and status["nodes"] > 0
     calls = len(fake.calls)
     assert calls == 2  # one failing batch (with its retry); later batches did not wait on the dead LLM
     degraded = await snapshot(llm_sc, "c")
     assert not llm_nodes(degraded, "event")
     fake.statuses = []
-    await llm_sc.process_chat("c")  # still inside the retry pause: nothing redone yet
-    assert (await llm_sc.chat_status("c"))["degraded_from"] == 0
-    llm_sc.llm_retry_at = 0.0  # the pause is over
-    await llm_sc.process_chat("c")
+    await llm_sc.processor.process_chat("c")  # still inside the retry pause: nothing redone yet
+    assert (await llm_sc.chats.status("c"))["degraded_from"] == 0
+    llm_sc.memory_llm.health.reset()  # the pause is over
+    await llm_sc.processor.process_chat("c")
     live = await snapshot(llm_sc, "c")
-    assert (await llm_sc.chat_status("c"))["degraded_from"] is None and llm_nodes(live, "event")
+    assert (await llm_sc.chats.status("c"))["degraded_from"] is None and llm_nodes(live, "event")
     fresh = await ingest(llm_sc, "fresh", chat)
     assert live == fresh
 
@@ -295,7 +295,7 @@ async def test_stale_batch_is_dropped_not_written(llm_sc, fake):
             await full_sync(llm_sc, "c", edited)
 
     fake.before_answer = edit_once
-    await llm_sc.process_chat("c")
+    await llm_sc.processor.process_chat("c")
     fake.before_answer = None
     live = await snapshot(llm_sc, "c")
     fresh = await ingest(llm_sc, "fresh", edited)
@@ -305,7 +305,7 @@ async def test_stale_batch_is_dropped_not_written(llm_sc, fake):
 # -- the property: rollback equals a fresh ingest ---------------------------------------------------
 @pytest.mark.parametrize("seed", [21, 22, 23])
 async def test_random_edits_equal_fresh_ingest_with_llm(tmp_path, embedder, fake, seed):
-    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
     try:
         rng = random.Random(seed)
         chat = make_chat(rng, 6)
@@ -323,7 +323,7 @@ async def test_random_edits_equal_fresh_ingest_with_llm(tmp_path, embedder, fake
 
 
 async def test_rollback_after_evolution_and_maintenance_restores_exactly(tmp_path, embedder, fake):
-    sc = Sidecar.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
     try:
         chat = make_chat(random.Random(10), 8)
         before = await ingest(sc, "c", chat)
@@ -341,17 +341,17 @@ async def test_rerank_picks_and_orders_and_falls_back_on_a_hang(llm_sc, fake):
     chat = make_chat(random.Random(12), 10)
     await ingest(llm_sc, "c", chat)
     query = {"query": "What did Elena say about the vault?", "budget_tokens": 2000, "max_memories": 6}
-    plain = await llm_sc.recall("c", query)
+    plain = await recall(llm_sc, "c", query)
     assert "rerank" not in fake.tasks()  # off by default
-    await llm_sc.update_settings({"recall.rerank": True, "recall.rerank_timeout_s": 0.5})
-    ranked = await llm_sc.recall("c", query)
+    await llm_sc.settings_service.update_global({"recall.rerank": True, "recall.rerank_timeout_s": 0.5})
+    ranked = await recall(llm_sc, "c", query)
     call = [c for c in fake.calls if c["task"] == "rerank"]
     assert len(call) == 1 and "R1" in call[0]["body"]["messages"][1]["content"]
     assert "degraded" not in ranked and 0 < len(ranked["memories"]) <= 6
     assert all("elena" in (m["label"] + ranked["text"]).lower() or "vault" in ranked["text"].lower()
                for m in ranked["memories"] if not m["core"])
     fake.hang = True
-    fallback = await llm_sc.recall("c", query)
+    fallback = await recall(llm_sc, "c", query)
     assert fallback["degraded"].startswith("rerank timed out")
     assert [m["id"] for m in fallback["memories"]] == [m["id"] for m in plain["memories"]]  # the scored order
 
@@ -360,14 +360,14 @@ async def test_an_edit_after_the_degraded_batches_keeps_them_marked(llm_sc, fake
     chat = make_chat(random.Random(17), 4)
     await full_sync(llm_sc, "c", chat)
     fake.statuses = [500] * 1000
-    await llm_sc.process_chat("c")
-    assert (await llm_sc.chat_status("c"))["degraded_from"] == 0
+    await llm_sc.processor.process_chat("c")
+    assert (await llm_sc.chats.status("c"))["degraded_from"] == 0
     chat[6] = {**chat[6], "text": "An edit late in the chat."}
     await full_sync(llm_sc, "c", chat)  # undoes only the last batch
-    await llm_sc.process_chat("c")
-    assert (await llm_sc.chat_status("c"))["degraded_from"] == 0  # the earlier degraded batches still need redoing
+    await llm_sc.processor.process_chat("c")
+    assert (await llm_sc.chats.status("c"))["degraded_from"] == 0  # the earlier degraded batches still need redoing
     fake.statuses = []
-    llm_sc.llm_retry_at = 0.0
-    await llm_sc.process_chat("c")
-    assert (await llm_sc.chat_status("c"))["degraded_from"] is None
+    llm_sc.memory_llm.health.reset()
+    await llm_sc.processor.process_chat("c")
+    assert (await llm_sc.chats.status("c"))["degraded_from"] is None
     assert await snapshot(llm_sc, "c") == await ingest(llm_sc, "fresh", chat)

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from conftest import full_sync, settle, wait_for
+from conftest import create_node, full_sync, recall, settle, wait_for
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
-from stbme.pipeline.lexical import LexicalIndex, LexicalIndexes, tokenize
+from stbme.index.lexical import LexicalCache, LexicalIndex, tokenize
 from stbme.pipeline.render import detect_language, render_block
 from stbme.tokens import count_tokens, truncate_to_tokens
 
@@ -93,7 +93,7 @@ async def _chat(sidecar, facts: dict[int, str], n=20):
 
 async def test_recall_finds_the_fact_and_reports_scores(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417, remember it."})
-    result = await sidecar.recall("c", {"query": "what is the vault code", "budget_tokens": 200})
+    result = await recall(sidecar, "c", {"query": "what is the vault code", "budget_tokens": 200})
     assert "4417" in result["text"]
     top = result["memories"][0]
     assert top["type"] == "event" and top["seq_range"] == [4, 4]
@@ -103,31 +103,31 @@ async def test_recall_finds_the_fact_and_reports_scores(sidecar):
 
 async def test_recall_skips_recent_messages_and_irrelevant_queries(sidecar):
     await _chat(sidecar, {39: "The vault code is 4417."})  # the very last message: still in the prompt
-    result = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
+    result = await recall(sidecar, "c", {"query": "vault code", "budget_tokens": 200})
     assert "4417" not in result["text"]
-    nothing = await sidecar.recall("c", {"query": "xylophone quartz", "budget_tokens": 200})
+    nothing = await recall(sidecar, "c", {"query": "xylophone quartz", "budget_tokens": 200})
     assert nothing["text"] == "" and nothing["memories"] == []
 
 
 async def test_pinned_and_rules_come_first_and_budget_holds(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417."})
-    rule = await sidecar.create_node("c", {"type": "rule", "fields": {"title": "Tone",
+    rule = await create_node(sidecar, "c", {"type": "rule", "fields": {"title": "Tone",
                                                                       "constraint": "Keep it grim."}})
-    pinned = await sidecar.create_node("c", {"text": "Elena is afraid of deep water.", "pinned": True})
-    result = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 120})
+    pinned = await create_node(sidecar, "c", {"text": "Elena is afraid of deep water.", "pinned": True})
+    result = await recall(sidecar, "c", {"query": "vault code", "budget_tokens": 120})
     ids = [m["id"] for m in result["memories"]]
     assert ids[:2] == [pinned["id"], rule["id"]] or ids[:2] == [rule["id"], pinned["id"]]
     assert result["tokens"] <= 120
-    tiny = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 50})
+    tiny = await recall(sidecar, "c", {"query": "vault code", "budget_tokens": 50})
     assert tiny["tokens"] <= 50
 
 
 async def test_recall_reinforces_access(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417."})
-    result = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
+    result = await recall(sidecar, "c", {"query": "vault code", "budget_tokens": 200})
     node_id = result["memories"][0]["id"]
     async def accessed():
-        node = await sidecar.get_node("c", node_id)
+        node = await sidecar.memories.get("c", node_id)
         return node if node["access_count"] else None
 
     node = await wait_for(accessed, "the access to be recorded")
@@ -135,18 +135,18 @@ async def test_recall_reinforces_access(sidecar):
 
 
 async def test_recall_of_unknown_chat_is_empty(sidecar):
-    result = await sidecar.recall("never-seen", {"query": "anything"})
+    result = await recall(sidecar, "never-seen", {"query": "anything"})
     assert result["text"] == "" and result["memories"] == []
 
 
 async def test_archived_memories_leave_recall_and_come_back(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417."})
-    first = await sidecar.recall("c", {"query": "vault code", "budget_tokens": 200})
+    first = await recall(sidecar, "c", {"query": "vault code", "budget_tokens": 200})
     node_id = first["memories"][0]["id"]
-    await sidecar.node_action("c", node_id, "archive")
-    assert node_id not in [m["id"] for m in (await sidecar.recall("c", {"query": "vault code"}))["memories"]]
-    await sidecar.node_action("c", node_id, "restore")
-    assert node_id in [m["id"] for m in (await sidecar.recall("c", {"query": "vault code"}))["memories"]]
+    await sidecar.memories.act("c", node_id, "archive")
+    assert node_id not in [m["id"] for m in (await recall(sidecar, "c", {"query": "vault code"}))["memories"]]
+    await sidecar.memories.act("c", node_id, "restore")
+    assert node_id in [m["id"] for m in (await recall(sidecar, "c", {"query": "vault code"}))["memories"]]
 
 
 def test_corrections_render_as_instructions():
@@ -161,23 +161,23 @@ def test_corrections_render_as_instructions():
 
 async def test_lexical_index_is_saved_and_reconciled_on_load(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417."})
-    lexical = sidecar.lexical
+    lexical = sidecar.indexes.lexical
     await lexical.get("c")
     assert await lexical.save_dirty() == 1 and lexical.path("c").exists()
-    node = (await sidecar.recall("c", {"query": "vault code"}))["memories"][0]
-    await sidecar.node_action("c", node["id"], "archive")  # a change after the save
-    added = await sidecar.create_node("c", {"text": "The harbour master is called Quill."})
-    lexical._indexes.clear()  # as after a restart
+    node = (await recall(sidecar, "c", {"query": "vault code"}))["memories"][0]
+    await sidecar.memories.act("c", node["id"], "archive")  # a change after the save
+    added = await create_node(sidecar, "c", {"text": "The harbour master is called Quill."})
+    lexical._items.clear()  # as after a restart
     loaded = await lexical.get("c")
     assert node["id"] not in loaded.slot_of and added["id"] in loaded.slot_of
     assert loaded.search("Quill harbour", 3)[0][0] == added["id"]
-    rebuilt = LexicalIndexes(sidecar.store)._build(await sidecar.store.read(lambda conn: conn.execute(
+    rebuilt = LexicalCache(sidecar.store)._build(await sidecar.store.read(lambda conn: conn.execute(
         "SELECT id, fields, tags, archived, rev FROM nodes WHERE chat_id = 'c' AND archived = 0").fetchall()))
     assert set(loaded.slot_of) == set(rebuilt.slot_of)
     for query in ("vault code", "road day 3", "Quill"):
         assert [n for n, _ in loaded.search(query, 5)] == [n for n, _ in rebuilt.search(query, 5)]
     lexical.path("c").write_bytes(b"{broken")
-    lexical._indexes.clear()
+    lexical._items.clear()
     assert set((await lexical.get("c")).slot_of) == set(rebuilt.slot_of)  # damaged file: rebuilt
 
 
@@ -187,8 +187,8 @@ async def test_changes_during_an_index_load_are_not_lost(sidecar, monkeypatch):
     import asyncio
 
     await _chat(sidecar, {4: "The vault code is 4417."}, n=4)
-    sidecar.lexical.drop("c")
-    sidecar.indexes._indexes.pop("c", None)
+    sidecar.indexes.lexical.drop("c")
+    sidecar.indexes.vectors._items.pop("c", None)
     gate = asyncio.Event()
     real_read = sidecar.store.read
 
@@ -201,10 +201,10 @@ async def test_changes_during_an_index_load_are_not_lost(sidecar, monkeypatch):
 
     loading = {"on": True}
     monkeypatch.setattr(sidecar.store, "read", gated_read)
-    load = asyncio.create_task(sidecar.lexical.get("c"))
+    load = asyncio.create_task(sidecar.indexes.lexical.get("c"))
     await wait_for(lambda: not loading["on"], "the load to take its snapshot")
     monkeypatch.setattr(sidecar.store, "read", real_read)
-    created = asyncio.create_task(sidecar.create_node("c", {"text": "The harbour master is called Quill."}))
+    created = asyncio.create_task(create_node(sidecar, "c", {"text": "The harbour master is called Quill."}))
 
     async def committed():  # the write lands while the load still holds its older snapshot
         return await real_read(lambda conn: conn.execute(
@@ -214,7 +214,7 @@ async def test_changes_during_an_index_load_are_not_lost(sidecar, monkeypatch):
     gate.set()
     await load
     node = await created
-    assert node["id"] in (await sidecar.lexical.get("c")).slot_of
+    assert node["id"] in (await sidecar.indexes.lexical.get("c")).slot_of
 
 
 def test_bm25_scores_do_not_depend_on_reindexing_history():

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import full_sync, wait_for
 from fake_openai import answer
-from stbme.app import create_app, sidecar_key
+from stbme.api.app import create_app
+from stbme.api.keys import services_key
 from stbme.llm.base import LLMError
 from stbme.llm.relay import RelayChannel
 from test_sync_rollback import make_chat
@@ -50,7 +51,7 @@ async def llm_node_count(sc, chat_id="c"):
 
 
 async def test_relay_runs_extraction_through_the_extension(relay_client):
-    sc = relay_client.server.app[sidecar_key]
+    sc = relay_client.server.app[services_key]
     served = []
     ws, task = await extension(relay_client, served=served)
     await wait_for(lambda: sc.relay.connected, "the relay client to attach")
@@ -66,20 +67,20 @@ async def test_relay_runs_extraction_through_the_extension(relay_client):
 
 
 async def _processed(sc, upto):
-    return (await sc.chat_status("c"))["processed_upto"] >= upto
+    return (await sc.chats.status("c"))["processed_upto"] >= upto
 
 
 async def test_without_extension_the_job_is_parked_then_resumed(relay_client):
-    sc = relay_client.server.app[sidecar_key]
-    await sc.update_settings({"llm.degrade_when_down": False})
+    sc = relay_client.server.app[services_key]
+    await sc.settings_service.update_global({"llm.degrade_when_down": False})
     await full_sync(relay_client, "c", make_chat(random.Random(2), 1))
 
     async def parked():
-        status = await sc.chat_status("c")
+        status = await sc.chats.status("c")
         return status["jobs"]["last_error"] and "no SillyTavern extension is connected" in status["jobs"]["last_error"]
 
     await wait_for(parked)
-    status = await sc.chat_status("c")
+    status = await sc.chats.status("c")
     assert status["processed_upto"] == -1 and status["nodes"] == 0  # nothing lost, nothing half-written
     ws, task = await extension(relay_client)  # connecting resumes the parked job
     await wait_for(lambda: _processed(sc, 1))
@@ -89,25 +90,25 @@ async def test_without_extension_the_job_is_parked_then_resumed(relay_client):
 
 
 async def test_without_extension_memories_are_made_without_llm_then_redone(relay_client):
-    sc = relay_client.server.app[sidecar_key]
+    sc = relay_client.server.app[services_key]
     await full_sync(relay_client, "c", make_chat(random.Random(2), 1))
 
     async def degraded():
-        status = await sc.chat_status("c")
+        status = await sc.chats.status("c")
         return status["degraded_from"] == 0 and status["processed_upto"] == 1 and status["jobs"]["pending"] == 0
 
     await wait_for(degraded)
-    assert (await sc.chat_status("c"))["nodes"] > 0 and await llm_node_count(sc) == 0  # heuristic only
+    assert (await sc.chats.status("c"))["nodes"] > 0 and await llm_node_count(sc) == 0  # heuristic only
     ws, task = await extension(relay_client)  # the LLM is reachable again: the batch is redone with it
     await wait_for(lambda: llm_node_count(sc))
-    status = await sc.chat_status("c")
+    status = await sc.chats.status("c")
     assert status["degraded_from"] is None and status["processed_upto"] == 1
     await ws.close()
     task.cancel()
 
 
 async def test_a_plain_live_client_is_not_a_relay(relay_client):
-    sc = relay_client.server.app[sidecar_key]
+    sc = relay_client.server.app[services_key]
     ws = await relay_client.ws_connect("/v1/ws")
     await ws.receive_json()
     await ws.send_json({"type": "ping"})

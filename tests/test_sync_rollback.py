@@ -8,7 +8,7 @@ import random
 import orjson
 import pytest
 
-from conftest import chains, full_sync, settle, sync_body
+from conftest import chains, full_sync, recall, settle, sync, sync_body
 
 NAMES = ["Elena", "Marcus", "Rhea", "Tomas"]
 PLACES = ["Greywater", "the lighthouse", "Ashford", "the vault"]
@@ -71,8 +71,8 @@ async def snapshot(sc, chat_id: str) -> dict:
     nodes, edges, chat, messages = await sc.store.read(read)
     key = {n["id"]: (n["type"], n["fields"], n["seq_from"], n["seq_to"]) for n in nodes}
     assert len(set(key.values())) == len(key), "two nodes with the same content"
-    index = await sc.indexes.get(chat_id)
-    lexical = await sc.lexical.get(chat_id)
+    index = await sc.indexes.vectors.get(chat_id)
+    lexical = await sc.indexes.lexical.get(chat_id)
     active_embedded = {n["id"] for n in nodes if not n["archived"] and n["embedded"]}
     assert set(index.rev_of) == active_embedded, "HNSW index out of step with the store"
     assert set(lexical.slot_of) == {n["id"] for n in nodes if not n["archived"]}, "lexical index out of step"
@@ -94,31 +94,31 @@ async def ingest(sc, chat_id: str, chat: list[dict]) -> dict:
 
 async def test_append_only_sync_sends_tail(sidecar):
     chat = make_chat(random.Random(1), 5)
-    first = await sidecar.sync("c", sync_body(chat, start=0))
+    first = await sync(sidecar, "c", sync_body(chat, start=0))
     assert first["status"] == "synced" and first["stored_length"] == 10 and first["diverged_at"] is None
     chat += [{"role": "user", "name": "Alex", "text": "And now?"}, {"role": "assistant", "name": "Elena",
                                                                       "text": "Now we wait."}]
     body = sync_body(chat, tail=2)
     assert [m["index"] for m in body["messages"]] == [10, 11]
-    result = await sidecar.sync("c", body)
+    result = await sync(sidecar, "c", body)
     assert result["status"] == "synced" and result["stored_length"] == 12 and result["rolled_back"] == 0
 
 
 async def test_unknown_chat_asks_for_everything(sidecar):
     chat = make_chat(random.Random(2), 4)
-    result = await sidecar.sync("new", sync_body(chat, tail=2))
+    result = await sync(sidecar, "new", sync_body(chat, tail=2))
     assert result["status"] == "need_more" and result["need_from"] == 0
-    assert (await sidecar.list_chats())[0]["messages"] == 0  # nothing half-stored
+    assert (await sidecar.chats.list())[0]["messages"] == 0  # nothing half-stored
 
 
 async def test_old_edit_is_found_by_anchors(sidecar):
     chat = make_chat(random.Random(3), 20)  # 40 messages
     await ingest(sidecar, "c", chat)
     chat[5] = {**chat[5], "text": "Edited long ago: the map is fake."}
-    result = await sidecar.sync("c", sync_body(chat, tail=2))
+    result = await sync(sidecar, "c", sync_body(chat, tail=2))
     assert result["status"] == "need_more"
     assert result["need_from"] <= 5  # the anchors narrowed it to a prefix proven equal
-    result = await sidecar.sync("c", sync_body(chat, start=result["need_from"]))
+    result = await sync(sidecar, "c", sync_body(chat, start=result["need_from"]))
     assert result["status"] == "synced" and result["diverged_at"] == 5 and result["rolled_back"] > 0
 
 
@@ -135,7 +135,7 @@ async def test_partial_slice_keeps_the_rest(sidecar):
     await ingest(sidecar, "c", chat)
     body = sync_body(chat, start=0)
     body["messages"] = body["messages"][:5]
-    result = await sidecar.sync("c", body)
+    result = await sync(sidecar, "c", body)
     assert result == {**result, "status": "need_more", "need_from": 5, "stored_length": 12, "rolled_back": 0}
 
 
@@ -144,7 +144,7 @@ async def test_wrong_anchor_chain_is_not_trusted(sidecar):
     await ingest(sidecar, "c", chat)
     body = sync_body(chat, tail=2)
     body["anchors"] = [{"index": a["index"], "chain": "0" * 16} for a in body["anchors"]]
-    result = await sidecar.sync("c", body)
+    result = await sync(sidecar, "c", body)
     assert result["status"] == "need_more" and result["need_from"] == 0
 
 
@@ -152,12 +152,12 @@ async def test_edit_removes_the_memory_and_replays(sidecar):
     chat = make_chat(random.Random(7), 4)
     chat[2] = {"role": "user", "name": "Alex", "text": "The vault code is 4417."}
     await ingest(sidecar, "c", chat)
-    hit = await sidecar.recall("c", {"query": "what is the vault code 4417", "budget_tokens": 300})
+    hit = await recall(sidecar, "c", {"query": "what is the vault code 4417", "budget_tokens": 300})
     assert "4417" in hit["text"]
     chat[2] = {"role": "user", "name": "Alex", "text": "I forgot the number."}
     await full_sync(sidecar, "c", chat)
     await settle(sidecar, "c")
-    miss = await sidecar.recall("c", {"query": "what is the vault code 4417", "budget_tokens": 300})
+    miss = await recall(sidecar, "c", {"query": "what is the vault code 4417", "budget_tokens": 300})
     assert "4417" not in miss["text"]
 
 
@@ -202,7 +202,7 @@ async def test_sync_is_atomic_on_bad_input(sidecar):
     body = sync_body(chat, start=0)
     body["messages"][3]["role"] = "narrator"
     with pytest.raises(Exception) as info:
-        await sidecar.sync("c", body)
+        await sync(sidecar, "c", body)
     assert info.value.field == "messages[3].role"
     assert await snapshot(sidecar, "c") == before
 

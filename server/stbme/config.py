@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from .errors import BadRequest
+from .policy import STRATEGIES
 
 SettingValue = Any
 
@@ -263,9 +264,10 @@ SETTINGS: tuple[Setting, ...] = (
     S("dna.auto_decay_interval_hours", 24, "int", "Hours between scheduled decay passes.", min=1, max=100000),
     S("dna.evolution_strategy", "balanced", "choice",
       "How readily signals are remembered and memories reinforced or decayed (new/reinforce/decay weights): "
-      "balanced 0.5/0.3/0.2, aggressive 0.8/0.15/0.05, conservative 0.2/0.4/0.4, cleanup 0/0.2/0.8. "
-      "A signal is remembered when its confidence reaches 1 - new weight.",
-      choices=("balanced", "aggressive", "conservative", "cleanup"), per_chat=True),
+      + ", ".join(f"{name} {w.new_memory_weight:g}/{w.reinforce_weight:g}/{w.decay_weight:g}"
+                  for name, w in STRATEGIES.items())
+      + ". A signal is remembered when its confidence reaches 1 - new weight.",
+      choices=tuple(STRATEGIES), per_chat=True),
     S("dna.signal_confidence_threshold", 0.7, "float",
       "Signals (corrections, preferences, decisions, errors, workflows in user messages) below this confidence "
       "are ignored.", min=0, max=1, per_chat=True),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StbmeError(Exception):
     """Base error: a message for the user, an HTTP status and, when one input is at fault, its name."""
@@ -44,3 +46,8 @@ class StoreClosed(StbmeError):
     """The store was closed; the server is shutting down."""
 
     status = 503
+
+
+def error_body(status: int, message: str, field: str | None = None) -> dict[str, Any]:
+    """The one JSON shape of every error the sidecar (and the hub) answers."""
+    return {"ok": False, "error": message, "errors": [message], "status": status, "field": field}

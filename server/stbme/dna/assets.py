@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 
 from ..errors import BadRequest, Conflict, NotFound
-from ..pipeline.lexical import tokenize
+from ..index.lexical import tokenize
 from .signals import SIGNAL_TYPES
-from .strategy import STRATEGIES
+from ..policy import STRATEGIES
 
 TRIGGER_TYPES = SIGNAL_TYPES + ("repair_loop",)
 OPS = ("create_directive", "update_target", "pin", "lock", "reinforce", "decay", "importance")

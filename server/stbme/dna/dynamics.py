@@ -18,6 +18,7 @@ import random
 import sqlite3
 
 from ..graph.changes import ChangeSet, ensure_chat
+from ..policy import REINFORCE_STEP
 from ..store.events import record_event
 from .strategy import DAY, Strategy, chat_rng
 
@@ -26,7 +27,6 @@ EXEMPT_TYPES = ("rule",)
 # The raw per-message events are the chat's own record: they lose weight (and rank) when unused, but
 # forgetting never archives them, and they do not count against the long-term capacity.
 RAW_SOURCES = ("heuristic",)
-REINFORCE_STEP = 0.1
 
 
 @dataclasses.dataclass
@@ -185,3 +185,14 @@ def consolidate(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy:
     save_state(conn, state)
     report.layers = layer_counts(conn, chat_id)
     return report
+
+
+def schedule_rows(conn: sqlite3.Connection) -> list[dict]:
+    """Per chat, what the DNA scheduler decides on: when it last changed and was used, its last decay and
+    reflection, and how many memories are new since."""
+    return [dict(r) for r in conn.execute(
+        "SELECT c.chat_id, c.updated_at, c.node_rev, s.last_decay_at, s.last_reflect_at, s.reflect_rev,"
+        " (SELECT max(last_access) FROM nodes n WHERE n.chat_id = c.chat_id) AS last_access,"
+        " (SELECT count(*) FROM nodes n WHERE n.chat_id = c.chat_id AND n.archived = 0 AND"
+        "  n.created_at > coalesce(s.last_reflect_at, 0)) AS new_nodes"
+        " FROM chats c LEFT JOIN dna_state s ON s.chat_id = c.chat_id ORDER BY c.chat_id")]

@@ -17,6 +17,7 @@ import uuid
 import numpy as np
 import orjson
 
+from ..errors import NotFound
 from ..graph.changes import ChangeSet
 from ..store import journal
 from ..store.events import record_event
@@ -135,3 +136,11 @@ def list_loops(conn: sqlite3.Connection, chat_id: str | None, status: str | None
         data["second"] = orjson.loads(r["second_fields"]).get("content", "")
         out.append(data)
     return out
+
+
+def resolve_loop(conn: sqlite3.Connection, chat_id: str, loop_id: str) -> None:
+    row = conn.execute("SELECT status FROM repair_loops WHERE id = ? AND chat_id = ?", (loop_id, chat_id)).fetchone()
+    if row is None:
+        raise NotFound(f"no repair loop {loop_id!r} in chat {chat_id!r}", field="loop_id")
+    conn.execute("UPDATE repair_loops SET status = 'resolved', resolved_at = ? WHERE id = ?", (time.time(), loop_id))
+    record_event(conn, chat_id, "repair_loop_resolved", loop_id=loop_id)

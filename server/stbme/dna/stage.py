@@ -17,21 +17,20 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, new_id, node_from_row, node_text
+from ..graph.schema import Strength
 from ..hashing import text_hash
-from ..pipeline.batch import BaseStage
+from ..policy import REINFORCE_STEP
+from ..embed import EmbeddingService
+from ..pipeline.batch import BaseStage, BatchContext
+from ..store import Store
 from ..store.events import record_event
 from . import assets, repair
 from .signals import SIGNAL_TYPES, Signal, best_per_unit, extract_signals
 from .strategy import Strategy
-
-if TYPE_CHECKING:
-    from ..pipeline.batch import BatchContext
 
 DEFAULT_IMPORTANCE = {"correction": 8.0, "error": 8.0, "decision": 7.0, "preference": 7.0, "workflow": 7.0}
 # Without GEP (dna.gep_enabled = false): remember every signal; corrections fix what they contradict.
@@ -74,7 +73,11 @@ def chat_signals(messages, *, min_confidence: float, ooc_only: bool) -> list[Sig
 class SignalStage(BaseStage):
     name = "dna"
 
-    async def prepare(self, ctx: "BatchContext") -> None:
+    def __init__(self, *, store: Store, embeddings: EmbeddingService):
+        self.store = store
+        self.embeddings = embeddings
+
+    async def prepare(self, ctx: BatchContext) -> None:
         ctx.data["dna"] = []
         if not ctx.setting("dna.signals"):
             return
@@ -82,9 +85,8 @@ class SignalStage(BaseStage):
                                ooc_only=ctx.setting("dna.signal_scope") == "ooc")
         if not signals:
             return
-        sidecar = ctx.sidecar
         now = time.time()
-        embedder_id = sidecar.embeddings.id
+        embedder_id = self.embeddings.id
 
         def read(conn):
             genes, capsule_strategy = assets.genes_for_chat(conn, ctx.setting("dna.capsule"))
@@ -92,12 +94,12 @@ class SignalStage(BaseStage):
                                            before_index=ctx.start)
             return genes, capsule_strategy, known
 
-        genes, capsule_strategy, known = await sidecar.store.read(read)
+        genes, capsule_strategy, known = await self.store.read(read)
         strategy = Strategy(capsule_strategy or ctx.setting("dna.evolution_strategy"))
         signals = [s for s in signals if strategy.should_remember(s.confidence)]
         if not signals:
             return
-        vectors = await sidecar.embeddings.embed_texts([node_text(directive_fields(s)) for s in signals])
+        vectors = await self.embeddings.embed_texts([node_text(directive_fields(s)) for s in signals])
         gep = ctx.setting("dna.gep_enabled")
         loops = ctx.setting("dna.repair_loop_detection")
         plans = []
@@ -122,10 +124,10 @@ class SignalStage(BaseStage):
         ctx.data["dna"] = plans
         ctx.data["dna_escalation"] = escalation
 
-    def apply(self, ctx: "BatchContext", cs: ChangeSet) -> None:
+    def apply(self, ctx: BatchContext, cs: ChangeSet) -> None:
         plans: list[Plan] = ctx.data.get("dna") or []
         corrections = ctx.data["dna_corrections"] = []
-        embedder_id = ctx.sidecar.embeddings.id
+        embedder_id = self.embeddings.id
         now = time.time()
         for plan in plans:
             sig = plan.signal
@@ -134,7 +136,7 @@ class SignalStage(BaseStage):
             if plan.outcome == "reinforced":
                 node = cs.get_node(plan.node_id)
                 if node is not None:
-                    cs.update_node(node.id, weight=min(1.0, node.weight + 0.1))
+                    cs.update_node(node.id, weight=min(1.0, node.weight + REINFORCE_STEP))
                 record_event(cs.conn, cs.chat_id, "reinforce", node_id=plan.node_id, reason="duplicate signal",
                              similarity=round(plan.similarity or 0, 4), message=sig.index)
                 continue
@@ -172,7 +174,7 @@ class SignalStage(BaseStage):
             if sig.type == "correction" and sig.wrong and (plan.gene.has("update_target") or plan.gene.ops("target")):
                 corrections.append(plan)
 
-    async def after(self, ctx: "BatchContext") -> None:
+    async def after(self, ctx: BatchContext) -> None:
         for plan in ctx.data.get("dna_corrections") or []:
             await ctx.write(lambda cs, plan=plan: correct_target(
                 cs, directive_id=plan.node_id, wrong=plan.signal.wrong, right=plan.signal.right,
@@ -194,9 +196,9 @@ def apply_ops(cs: ChangeSet, node_id: str, ops: list[dict]) -> None:
         elif kind == "lock":
             changes["locked"] = True
         elif kind == "reinforce":
-            weight = min(1.0, weight + op.get("amount", 0.1))
+            weight = min(1.0, weight + op.get("amount", REINFORCE_STEP))
         elif kind == "decay":
-            weight = max(0.0, weight - op.get("amount", 0.1))
+            weight = max(0.0, weight - op.get("amount", REINFORCE_STEP))
         elif kind == "importance":
             importance = max(0.0, min(10.0, importance + op.get("delta", 1.0)))
     if weight != node.weight:
@@ -254,17 +256,17 @@ def correct_target(cs: ChangeSet, *, directive_id: str, wrong: str, right: str |
     if update:
         new_fields = _replace(best.fields, wrong_re, right) if right else best.fields
         if best.locked:
-            cs.add_edge(directive_id, best.id, "contradicts", 0.9)
+            cs.add_edge(directive_id, best.id, "contradicts", Strength.STATE_CHANGE)
             action = "kept (locked)"
         elif new_fields != best.fields:
             evolution = best.evolution + [{"kind": "dna_correction", "by": directive_id, "wrong": wrong,
                                            "right": right, "at": time.time(), "before": best.fields}]
             cs.update_node(best.id, fields=new_fields, embedding=None, evolution=evolution)
-            cs.add_edge(directive_id, best.id, "updates", 0.9)
+            cs.add_edge(directive_id, best.id, "updates", Strength.STATE_CHANGE)
             action = "updated"
         else:
             cs.update_node(best.id, archived=True)
-            cs.add_edge(directive_id, best.id, "contradicts", 0.9)
+            cs.add_edge(directive_id, best.id, "contradicts", Strength.STATE_CHANGE)
             action = "invalidated"
     if target_ops:
         apply_ops(cs, best.id, target_ops)

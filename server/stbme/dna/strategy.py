@@ -4,27 +4,13 @@ replayed exactly (the chat id and a counter kept in `dna_state` make the seed)."
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import random
 
+from ..policy import STRATEGIES
+
 DAY = 86400.0
 REINFORCE_MIN_ACCESS = 3   # "access count > 3"
-
-
-@dataclasses.dataclass(frozen=True)
-class StrategyWeights:
-    new_memory_weight: float
-    reinforce_weight: float
-    decay_weight: float
-
-
-STRATEGIES: dict[str, StrategyWeights] = {
-    "balanced": StrategyWeights(0.5, 0.3, 0.2),
-    "aggressive": StrategyWeights(0.8, 0.15, 0.05),
-    "conservative": StrategyWeights(0.2, 0.4, 0.4),
-    "cleanup": StrategyWeights(0.0, 0.2, 0.8),
-}
 
 
 def chat_rng(chat_id: str, counter: int) -> random.Random:

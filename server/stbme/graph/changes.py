@@ -124,6 +124,15 @@ class ChangeSet:
         self._journal("edges", edge.id, None)
         return edge
 
+    def insert_edge(self, edge: Edge) -> Edge:
+        """Insert an edge as it is (an import); add_edge is for edges the pipeline makes."""
+        edge.chat_id = self.chat_id
+        row = edge_to_row(edge)
+        self.conn.execute(f"INSERT INTO edges ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                          list(row.values()))
+        self._journal("edges", edge.id, None)
+        return edge
+
     def invalidate_edge(self, edge_id: str) -> None:
         before = self.conn.execute("SELECT * FROM edges WHERE id = ?", (edge_id,)).fetchone()
         if before is None or before["invalid_at"] is not None:

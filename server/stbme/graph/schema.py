@@ -56,6 +56,20 @@ RELATIONS: frozenset[str] = frozenset({
 })
 INHIBITORY_RELATIONS: frozenset[str] = frozenset({"contradicts"})
 
+
+class Strength:
+    """Strengths (0-1) the write path gives the edges it makes: how much one memory speaks for another."""
+
+    SPEAKER = 0.9         # a speaker is involved in each of their messages
+    MENTION = 0.7         # a recurring name is involved in a message that mentions it
+    REPLY = 0.5           # a message replies to the one before it
+    LINK = 0.8            # an LLM or user link that names no strength
+    BATCH = 0.25          # memories made from the same messages belong together (weakly)
+    STATE_CHANGE = 0.9    # a state-change event updates its memory; a correction updates or contradicts its target
+    TEMPORAL = 0.95       # the source of a state change, to the memory it changed
+    EVOLVED = 0.7         # an A-MEM suggested connection
+    REFLECTION = 0.75     # a reflection evolves from the events it reflects on
+
 # Field order of a node's text for embedding and lexical search (ST-BME's order; other fields follow).
 TEXT_FIELD_ORDER = ("summary", "insight", "content", "title", "name", "state", "traits", "constraint", "goal",
                     "participants", "suggestion", "status", "scope")

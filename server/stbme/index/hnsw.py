@@ -117,7 +117,7 @@ class ChatIndex:
                     del self.rev_of[n]
 
     # -- persistence ----------------------------------------------------------------------------
-    def save(self, base: Path, watermark: int) -> None:
+    def save(self, base: Path) -> None:
         """Write `<base>.<gen>.bin` then the metadata `<base>.json` naming it, each atomically, so a
         crash at any point leaves a metadata file that names a complete index."""
         base = Path(base)
@@ -134,7 +134,7 @@ class ChatIndex:
                 "version": META_VERSION, "gen": gen, "file": bin_path.name, "dim": self.dim,
                 "embedder": self.embedder_id, "space": "cosine", "m": self.m, "digest": digest,
                 "ef_construction": self.ef_construction, "next_label": self.next_label,
-                "labels": self.label_of, "revs": self.rev_of, "watermark": watermark,
+                "labels": self.label_of, "revs": self.rev_of,
             }
         tmp_meta = base.with_name(base.name + ".json.tmp")
         with open(tmp_meta, "wb") as fh:
@@ -147,9 +147,9 @@ class ChatIndex:
                 stale.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, base: Path, *, embedder_id: str, dim: int, ef_search: int = 64) -> tuple["ChatIndex", int]:
+    def load(cls, base: Path, *, embedder_id: str, dim: int, ef_search: int = 64) -> "ChatIndex":
         """Load a saved index; raise IndexMismatch if it is missing, broken or built by another model.
-        Returns the index and the watermark it was saved at."""
+        The caller reconciles it with the store by node revision."""
         base = Path(base)
         meta = _read_meta(base)
         if meta is None:
@@ -181,7 +181,7 @@ class ChatIndex:
         self.next_label = meta["next_label"]
         if self._index.get_current_count() != self.next_label:
             raise IndexMismatch("index file does not match its metadata")
-        return self, int(meta.get("watermark", 0))
+        return self
 
     @staticmethod
     def delete_files(base: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..errors import BadRequest, StbmeError
 from .none import NoLLM
 from .openai import OpenAIChat
 from .relay import RelayChannel, RelayLLM
@@ -24,3 +25,12 @@ def make_llm(setting: Callable[[str], object], channel: RelayChannel, usage: Usa
     client = NoLLM()
     client.usage = usage
     return client
+
+
+async def check_llm_settings(setting: Callable[[str], object]) -> None:
+    """Refuse LLM settings that cannot work (BadRequest naming the setting), before they are saved."""
+    try:
+        client = make_llm(setting, RelayChannel(), UsageMeter())
+    except StbmeError as exc:
+        raise BadRequest(exc.message, field=exc.field) from None
+    await client.close()

@@ -15,17 +15,19 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
+from ..config import Settings
 from ..graph.changes import ChangeSet
+from ..live import LiveHub
 from ..llm.base import LLMError
+from ..llm.health import LLMHealth
+from ..store import Store
 from ..store.queries import message_count
 from .sync import Message, load_messages
 
-if TYPE_CHECKING:
-    from ..sidecar import Sidecar
-
 MAX_BATCH_MESSAGES = 16
+IndexChanges = Callable[[str, set[str]], Awaitable[None]]
 
 
 class Stage(Protocol):
@@ -60,20 +62,18 @@ class StaleBatch(Exception):
 
 @dataclasses.dataclass
 class BatchContext:
-    sidecar: "Sidecar"
     chat_id: str
     start: int
     end: int
     messages: list[Message]           # the batch's messages, in order
     revision: int                     # the chat's revision when the batch was read
     total_messages: int
+    setting: Callable[[str], Any]     # the chat's effective setting
+    runner: "BatchRunner"
     data: dict[str, Any] = dataclasses.field(default_factory=dict)   # stage-to-stage hand-over
     degraded: str | None = None      # why the LLM stages were skipped, if they were
     created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
     touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
-
-    def setting(self, name: str) -> Any:
-        return self.sidecar.settings.get(name, self.chat_id)
 
     async def write(self, fn: Callable[[ChangeSet], Any], reason: str) -> Any:
         """A journaled write after the batch committed (e.g. evolution), dropped if a rollback undid the
@@ -84,15 +84,15 @@ class BatchContext:
             result = fn(cs)
             return result, cs.touched_nodes
 
-        result, touched = await self.sidecar.store.write(run)
+        result, touched = await self.runner.store.write(run)
         self.touched |= touched
-        await self.sidecar.index_changes(self.chat_id, touched)
+        await self.runner.index_changes(self.chat_id, touched)
         return result
 
 
 def _check_current(conn: sqlite3.Connection, ctx: BatchContext) -> None:
     row = conn.execute("SELECT revision, processed_upto FROM chats WHERE chat_id = ?", (ctx.chat_id,)).fetchone()
-    if row is None or row["revision"] != ctx.revision or row["processed_upto"] < ctx.start - 1:
+    if row is None or row["revision"] != ctx.revision or row["processed_upto"] != ctx.start - 1:
         raise StaleBatch()
 
 
@@ -134,73 +134,80 @@ def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None)
     return start, end, [m for m in messages if m.index <= end], row["revision"], total
 
 
-async def run_next_batch(sidecar: "Sidecar", chat_id: str, stages: list[Stage]) -> BatchContext | None:
-    """Run the chat's next batch through every stage. None when there is nothing to do yet."""
-    # A stage may choose the batch's end (LLM extraction: one group, or earlier by the smart trigger).
-    end_fn = next((getattr(s, "batch_end") for s in stages if hasattr(s, "batch_end")), None)
-    end_fn = end_fn and (lambda messages, every, fn=end_fn: fn(messages, every, chat_id))
-    while True:
-        picked = await sidecar.store.read(
-            lambda conn: _read_batch(conn, chat_id, sidecar.settings.get("extract.every", chat_id), end_fn))
-        if picked is None:
-            return None
-        ctx = BatchContext(sidecar, chat_id, *picked)
-        active = await _prepare(ctx, stages)
+class BatchRunner:
+    """Runs a chat's next batch through the stages: prepare (LLM calls, outside any transaction), apply
+    (one journaled transaction), index, after (journaled follow-up writes)."""
 
-        def commit(conn: sqlite3.Connection):
-            _check_current(conn, ctx)
-            if conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?",
-                            (chat_id,)).fetchone()[0] != ctx.start - 1:
-                raise StaleBatch()
-            cs = ChangeSet(conn, chat_id, reason="batch", msg_range=(ctx.start, ctx.end))
-            for stage in active:
-                cs.reason = stage.name
-                stage.apply(ctx, cs)
-            conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
-                         (ctx.end, time.time(), chat_id))
-            if ctx.degraded:
-                conn.execute("UPDATE chats SET degraded_from = coalesce(min(degraded_from, ?), ?) WHERE chat_id = ?",
-                             (ctx.start, ctx.start, chat_id))
-            return cs.touched_nodes, cs.created_nodes
+    def __init__(self, store: Store, settings: Settings, *, index_changes: IndexChanges, llm_health: LLMHealth,
+                 live: LiveHub):
+        self.store = store
+        self.settings = settings
+        self.index_changes = index_changes   # after a write: update the caches, embed what lacks a vector
+        self.llm_health = llm_health
+        self.live = live
 
-        try:
-            touched, created = await sidecar.store.write(commit)
-        except StaleBatch:
-            continue  # the chat changed while stages were preparing: read it again
-        ctx.touched |= touched
-        ctx.created = created
-        await sidecar.index_changes(chat_id, touched)
-        for stage in active:
+    async def run_next(self, chat_id: str, stages: list[Stage]) -> BatchContext | None:
+        """Run the chat's next batch through every stage. None when there is nothing to do yet."""
+        setting = lambda name: self.settings.get(name, chat_id)  # noqa: E731
+        # A stage may choose the batch's end (LLM extraction: one group, or earlier by the smart trigger).
+        end_fn = next((getattr(s, "batch_end") for s in stages if hasattr(s, "batch_end")), None)
+        end_fn = end_fn and (lambda messages, every, fn=end_fn: fn(messages, every, setting))
+        while True:
+            picked = await self.store.read(lambda conn: _read_batch(conn, chat_id, setting("extract.every"), end_fn))
+            if picked is None:
+                return None
+            ctx = BatchContext(chat_id, *picked, setting=setting, runner=self)
+            active = await self._prepare(ctx, stages)
+
+            def commit(conn: sqlite3.Connection):
+                _check_current(conn, ctx)
+                cs = ChangeSet(conn, chat_id, reason="batch", msg_range=(ctx.start, ctx.end))
+                for stage in active:
+                    cs.reason = stage.name
+                    stage.apply(ctx, cs)
+                conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
+                             (ctx.end, time.time(), chat_id))
+                if ctx.degraded:
+                    conn.execute("UPDATE chats SET degraded_from = coalesce(min(degraded_from, ?), ?)"
+                                 " WHERE chat_id = ?", (ctx.start, ctx.start, chat_id))
+                return cs.touched_nodes, cs.created_nodes
+
             try:
-                await stage.after(ctx)
+                touched, created = await self.store.write(commit)
             except StaleBatch:
-                break
-        return ctx
+                continue  # the chat changed while stages were preparing: read it again
+            ctx.touched |= touched
+            ctx.created = created
+            await self.index_changes(chat_id, touched)
+            for stage in active:
+                try:
+                    await stage.after(ctx)
+                except StaleBatch:
+                    break
+            return ctx
 
-
-async def _prepare(ctx: BatchContext, stages: list[Stage]) -> list[Stage]:
-    """Prepare every stage; the stages that will run. When the LLM is unreachable (after its own
-    retries) and `llm.degrade_when_down` is on, the batch goes on without the LLM stages: the chat keeps
-    its heuristic memories and directives, and the batch is redone once the LLM answers again."""
-    sidecar = ctx.sidecar
-    degrade = ctx.setting("llm.degrade_when_down")
-    if degrade and sidecar.llm_down():
-        ctx.degraded = "the LLM failed moments ago"  # do not wait on it again for every batch
-    else:
-        try:
-            for stage in stages:
-                await stage.prepare(ctx)
-            return stages
-        except LLMError as exc:
-            if not degrade:
-                raise
-            sidecar.mark_llm_down()
-            ctx.degraded = exc.message
-    active = [s for s in stages if not getattr(s, "needs_llm", False)]
-    ctx.data.clear()
-    for stage in active:
-        await stage.prepare(ctx)
-    sidecar.live.notice("warning", f"the memory LLM is unreachable ({ctx.degraded}); messages "
-                            f"{ctx.start}-{ctx.end} got memories without it, and will be redone when it answers",
-                            ctx.chat_id)
-    return active
+    async def _prepare(self, ctx: BatchContext, stages: list[Stage]) -> list[Stage]:
+        """Prepare every stage; the stages that will run. When the LLM is unreachable (after its own
+        retries) and `llm.degrade_when_down` is on, the batch goes on without the LLM stages: the chat keeps
+        its heuristic memories and directives, and the batch is redone once the LLM answers again."""
+        degrade = ctx.setting("llm.degrade_when_down")
+        if degrade and self.llm_health.down():
+            ctx.degraded = "the LLM failed moments ago"  # do not wait on it again for every batch
+        else:
+            try:
+                for stage in stages:
+                    await stage.prepare(ctx)
+                return stages
+            except LLMError as exc:
+                if not degrade:
+                    raise
+                self.llm_health.mark_down()
+                ctx.degraded = exc.message
+        active = [s for s in stages if not getattr(s, "needs_llm", False)]
+        ctx.data.clear()
+        for stage in active:
+            await stage.prepare(ctx)
+        self.live.notice("warning", f"the memory LLM is unreachable ({ctx.degraded}); messages "
+                         f"{ctx.start}-{ctx.end} got memories without it, and will be redone when it answers",
+                         ctx.chat_id)
+        return active

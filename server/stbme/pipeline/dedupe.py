@@ -13,16 +13,15 @@ import logging
 from ..graph.model import node_text
 from ..graph.schema import NODE_TYPES
 from ..llm.base import LLMError
-from .batch import BaseStage, BatchContext
+from .batch import BatchContext
 from .extract import CREATABLE
-from .prompting import KeyMap, as_list, ask, clean_fields, memory_line, nearest, norm_key
+from .prompting import KeyMap, LLMStage, as_list, clean_fields, memory_line, norm_key
 
 log = logging.getLogger("stbme.dedupe")
 
 
-class DedupeStage(BaseStage):
+class DedupeStage(LLMStage):
     name = "dedupe"
-    needs_llm = True
 
     async def prepare(self, ctx: BatchContext) -> None:
         plan = ctx.data.get("extract")
@@ -36,11 +35,11 @@ class DedupeStage(BaseStage):
         candidates = [(op, t) for op, t in zip(creates, texts) if t]
         if not candidates:
             return
-        vectors = await ctx.sidecar.embeddings.embed_texts([t for _, t in candidates])
+        vectors = await self.embeddings.embed_texts([t for _, t in candidates])
         keys = KeyMap("M")
         lines, asked = [], {}
         for i, ((op, text), vec) in enumerate(zip(candidates, vectors), 1):
-            near = await nearest(ctx, vec, k)
+            near = await self.nearest(ctx, vec, k)
             if not near or near[0][1] < threshold:
                 continue
             new_key = f"N{i}"
@@ -52,9 +51,9 @@ class DedupeStage(BaseStage):
         if not asked:
             return
         try:
-            value, _ = await ask(ctx, "dedupe", "\n".join(lines), language=ctx.data.get("language", "en"))
+            value, _ = await self.ask(ctx, "dedupe", "\n".join(lines), language=ctx.data.get("language", "en"))
         except LLMError as exc:
-            ctx.sidecar.live.notice("warning", f"duplicate check skipped: {exc.message}", ctx.chat_id)
+            self.notice(ctx, f"duplicate check skipped: {exc.message}")
             return
         for decision in as_list(value, "decisions", "results"):
             if not isinstance(decision, dict):

@@ -19,25 +19,25 @@ import numpy as np
 
 from ..graph.changes import ChangeSet
 from ..graph.model import node_from_row
+from ..graph.schema import Strength
 from ..llm.base import LLMError
 from ..store.events import record_event
 from ..store.queries import nodes_by_ids
-from .batch import BaseStage, BatchContext
-from .prompting import KeyMap, as_list, ask, memory_line, nearest, norm_key
+from .batch import BatchContext
+from .prompting import KeyMap, LLMStage, as_list, memory_line, norm_key
 
 log = logging.getLogger("stbme.evolve")
 MAX_NEW = 6
 
 
-class EvolveStage(BaseStage):
+class EvolveStage(LLMStage):
     name = "evolve"
-    needs_llm = True
 
     async def after(self, ctx: BatchContext) -> None:
         created = [n for n in ctx.data.get("llm_created", [])]
         if not created or not ctx.setting("evolve.enabled"):
             return
-        rows = await ctx.sidecar.store.read(lambda conn: nodes_by_ids(
+        rows = await self.store.read(lambda conn: nodes_by_ids(
             conn, ctx.chat_id, created, where="AND archived = 0 AND embedding IS NOT NULL"))
         by_id = {r["id"]: node_from_row(r) for r in rows}
         new_nodes = [by_id[n] for n in created if n in by_id][:MAX_NEW]
@@ -45,7 +45,7 @@ class EvolveStage(BaseStage):
         plan: dict[str, tuple[str, dict[str, str]]] = {}
         lines = []
         for i, node in enumerate(new_nodes, 1):
-            near = await nearest(ctx, np.asarray(node.embedding), ctx.setting("evolve.neighbors"),
+            near = await self.nearest(ctx, np.asarray(node.embedding), ctx.setting("evolve.neighbors"),
                                  exclude=set(created), min_similarity=ctx.setting("evolve.min_similarity"))
             if not near:
                 continue
@@ -58,10 +58,9 @@ class EvolveStage(BaseStage):
         if not plan:
             return
         try:
-            value, _ = await ask(ctx, "evolve", "\n".join(lines), language=ctx.data.get("language", "en"))
+            value, _ = await self.ask(ctx, "evolve", "\n".join(lines), language=ctx.data.get("language", "en"))
         except LLMError as exc:
-            ctx.sidecar.live.notice("warning", f"memory evolution skipped for messages {ctx.start}-{ctx.end}: "
-                                    f"{exc.message}", ctx.chat_id)
+            self.notice(ctx, f"memory evolution skipped for messages {ctx.start}-{ctx.end}: {exc.message}")
             return
         results = as_list(value, "results", "evolutions", "memories")
         if len(plan) == 1 and len(results) == 1 and isinstance(results[0], dict) and "new" not in results[0]:
@@ -86,7 +85,7 @@ def apply_evolution(cs: ChangeSet, decisions) -> int:
         connections = result.get("suggested_connections") or result.get("connections") or []
         for key in connections if isinstance(connections, list) else []:
             target = shown.get(norm_key(key))
-            if target and cs.get_node(target) is not None and cs.add_edge(new_id, target, "related", 0.7):
+            if target and cs.get_node(target) is not None and cs.add_edge(new_id, target, "related", Strength.EVOLVED):
                 changes += 1
         updates = result.get("neighbor_updates") or []
         for update in updates if isinstance(updates, list) else []:

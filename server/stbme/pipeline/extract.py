@@ -23,11 +23,11 @@ import orjson
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, field_text, new_id, node_from_row
-from ..graph.schema import NODE_TYPES, RELATIONS
+from ..graph.schema import NODE_TYPES, RELATIONS, Strength
 from ..store.events import record_event
 from ..tokens import truncate_to_tokens
-from .batch import BaseStage, BatchContext, batch_end
-from .prompting import KeyMap, as_list, ask, chat_language, clean_fields, memory_line, nearest, norm_key
+from .batch import BatchContext, batch_end
+from .prompting import KeyMap, LLMStage, as_list, chat_language, clean_fields, memory_line, norm_key
 from .sync import Message, load_messages
 
 log = logging.getLogger("stbme.extract")
@@ -118,9 +118,9 @@ def _parse_link(link: dict) -> dict:
     relation = str(link.get("relation") or link.get("type") or "related").strip().lower()
     action = str(link.get("action") or "").lower()
     try:
-        strength = float(link.get("strength", 0.8))
+        strength = float(link.get("strength", Strength.LINK))
     except (TypeError, ValueError):
-        strength = 0.8
+        strength = Strength.LINK
     return {"target": norm_key(target), "relation": relation if relation in RELATIONS else "related",
             "strength": strength, "remove": bool(link.get("remove")) or action in ("remove", "unlink", "invalidate")}
 
@@ -132,15 +132,13 @@ def _importance(value: Any, default: float) -> float:
         return default
 
 
-class ExtractStage(BaseStage):
+class ExtractStage(LLMStage):
     name = "extract"
-    needs_llm = True
 
     # -- batch boundaries ---------------------------------------------------------------------------
-    def batch_end(self, messages: list[Message], every: int, chat_id: str) -> int | None:
+    def batch_end(self, messages: list[Message], every: int, setting) -> int | None:
         """One group of `extract.every` assistant messages; earlier when the smart trigger fires."""
         end = batch_end(messages, every, single_group=True)
-        setting = self._setting_fn(chat_id)
         if every > 1 and setting("extract.smart_trigger"):
             threshold, patterns = setting("extract.smart_threshold"), setting("extract.trigger_patterns")
             for i, msg in enumerate(messages):
@@ -150,18 +148,12 @@ class ExtractStage(BaseStage):
                     return msg.index
         return end
 
-    def __init__(self, sidecar=None):
-        self._sidecar = sidecar
-
-    def _setting_fn(self, chat_id: str):
-        return lambda name: self._sidecar.settings.get(name, chat_id)
-
     # -- prepare: the LLM call ------------------------------------------------------------------
     async def prepare(self, ctx: BatchContext) -> None:
         exclude = ctx.setting("extract.exclude_tags")
         turns = ctx.setting("extract.context_turns")
         first = max(0, ctx.start - 2 * turns)
-        context = await ctx.sidecar.store.read(
+        context = await self.store.read(
             lambda conn: load_messages(conn, ctx.chat_id, first, ctx.start - 1)) if ctx.start > first else []
         new_msgs = [(m, strip_tags(m.text, exclude)) for m in ctx.messages if m.role != "system"]
         new_msgs = [(m, t) for m, t in new_msgs if t]
@@ -190,7 +182,7 @@ class ExtractStage(BaseStage):
             spec = NODE_TYPES[name]
             cols = ", ".join(c + ("*" if c in spec.required else "") for c in spec.columns if c != "speaker")
             parts.append(f"{name}: {cols}")
-        value, _ = await ask(ctx, "extract", "\n".join(parts), language=language,
+        value, _ = await self.ask(ctx, "extract", "\n".join(parts), language=language,
                              retries=ctx.setting("llm.json_retries") + 1)
         ctx.data["extract"] = {"ops": parse_operations(value), "keys": keys}
 
@@ -208,15 +200,15 @@ class ExtractStage(BaseStage):
             return [node_from_row(r) for r in rows]
 
         named = []
-        for node in await ctx.sidecar.store.read(read):
+        for node in await self.store.read(read):
             name = field_text(node.fields.get("name")).casefold()
             if len(name) >= 2 and _mentions(name, folded):
                 named.append(node)
         named.sort(key=lambda n: (field_text(n.fields.get("name")).casefold(), n.type, n.seq_to or -1))
         chosen = named[:limit]
         if len(chosen) < limit:
-            vector = await ctx.sidecar.embeddings.embed_query(text[:2000])
-            near = await nearest(ctx, vector, limit - len(chosen), exclude={n.id for n in chosen})
+            vector = await self.embeddings.embed_query(text[:2000])
+            near = await self.nearest(ctx, vector, limit - len(chosen), exclude={n.id for n in chosen})
             chosen += [n for n, _ in near]
         return [memory_line(keys.add(n.id), n) for n in chosen]
 
@@ -376,7 +368,7 @@ class OpApplier:
             if diffs or row["relation"] == "temporal_update":
                 self.cs.invalidate_edge(row["id"])
         if source and source != target:
-            self.cs.add_edge(source, target, "temporal_update", 0.95)
+            self.cs.add_edge(source, target, "temporal_update", Strength.TEMPORAL)
         if diffs:
             label = node.label
             zh = self.language == "zh"
@@ -390,7 +382,7 @@ class OpApplier:
                 importance=max(4.0, min(8.0, node.importance)), seq_from=self.ctx.start, seq_to=self.ctx.end,
                 source="llm"))
             self.created.append(event.id)
-            self.cs.add_edge(event.id, target, "updates", 0.9)
+            self.cs.add_edge(event.id, target, "updates", Strength.STATE_CHANGE)
         return target
 
     def _delete(self, op: dict) -> str | None:
@@ -442,7 +434,7 @@ class OpApplier:
                 " ((from_id = ? AND to_id = ?) OR (from_id = ? AND to_id = ?)) LIMIT 1",
                 (self.cs.chat_id, a, b, b, a)).fetchone()
             if not exists:
-                self.cs.add_edge(a, b, "related", 0.25)
+                self.cs.add_edge(a, b, "related", Strength.BATCH)
 
 
 def orjson_fields(row) -> dict:

@@ -12,8 +12,9 @@ import sqlite3
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, new_id
+from ..graph.schema import Strength
 from ..tokens import count_tokens
-from .lexical import STOPWORDS
+from ..index.lexical import STOPWORDS
 from .batch import BaseStage
 from .sync import Message
 
@@ -152,9 +153,9 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
                 id=new_id("n"), chat_id=cs.chat_id, type="event",
                 fields={"summary": chunk, "speaker": speaker, "participants": participants},
                 importance=5.0, seq_from=msg.index, seq_to=msg.index))
-            cs.add_edge(speaker_id, node.id, "involved_in", 0.9)
+            cs.add_edge(speaker_id, node.id, "involved_in", Strength.SPEAKER)
             if previous:
-                cs.add_edge(node.id, previous, "replies_to", 0.5)
+                cs.add_edge(node.id, previous, "replies_to", Strength.REPLY)
             previous = node.id
             events.append(node.id)
             made += 1
@@ -162,7 +163,7 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
         for key in known:
             linked.add(key)
             for event_id in events:
-                cs.add_edge(graph.named[key], event_id, "involved_in", 0.7)
+                cs.add_edge(graph.named[key], event_id, "involved_in", Strength.MENTION)
         for name in mentioned:
             key = _name_key(name)
             indexes = graph.mention(key, msg.index)
@@ -176,7 +177,7 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
             else:
                 continue
             for event_id in targets:
-                cs.add_edge(graph.named[key], event_id, "involved_in", 0.7)
+                cs.add_edge(graph.named[key], event_id, "involved_in", Strength.MENTION)
     return made
 
 
@@ -186,4 +187,4 @@ class HeuristicStage(BaseStage):
     name = "heuristic"
 
     def apply(self, ctx, cs: ChangeSet) -> None:
-        remember_messages(cs, ctx.messages, chunk_tokens=ctx.sidecar.settings["extract.chunk_tokens"])
+        remember_messages(cs, ctx.messages, chunk_tokens=ctx.setting("extract.chunk_tokens"))

@@ -14,13 +14,13 @@ import logging
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, field_text, new_id, node_from_row
-from ..graph.schema import NODE_TYPES
+from ..graph.schema import NODE_TYPES, Strength
 from ..llm.base import LLMError
 from ..store.events import record_event
 from ..tokens import count_tokens, truncate_to_tokens
-from .batch import BaseStage, BatchContext, StaleBatch
+from .batch import BatchContext, StaleBatch
 from .extract import strip_tags
-from .prompting import as_list, ask, clean_fields, norm_key
+from .prompting import LLMStage, as_list, clean_fields, norm_key
 from .sync import load_messages
 
 log = logging.getLogger("stbme.maintain")
@@ -37,13 +37,12 @@ def _active(conn, chat_id: str, where: str = "", args: tuple = ()) -> list[Node]
     return [node_from_row(r) for r in rows]
 
 
-class MaintainStage(BaseStage):
+class MaintainStage(LLMStage):
     name = "maintain"
-    needs_llm = True
 
     async def after(self, ctx: BatchContext) -> None:
         every = ctx.setting("extract.every")
-        before, through = await ctx.sidecar.store.read(lambda conn: tuple(conn.execute(
+        before, through = await self.store.read(lambda conn: tuple(conn.execute(
             "SELECT count(*) FILTER (WHERE idx < ?), count(*) FROM messages WHERE chat_id = ? AND role = 'assistant'"
             " AND idx <= ?", (ctx.start, ctx.chat_id, ctx.end)).fetchone()))
 
@@ -61,16 +60,15 @@ class MaintainStage(BaseStage):
             except StaleBatch:
                 raise
             except LLMError as exc:
-                ctx.sidecar.live.notice("warning", f"{task.__name__} skipped after messages up to {ctx.end}: "
-                                        f"{exc.message}", ctx.chat_id)
+                self.notice(ctx, f"{task.__name__} skipped after messages up to {ctx.end}: {exc.message}")
 
     # -- summaries ------------------------------------------------------------------------------
     async def summarise(self, ctx: BatchContext) -> None:
         """A small summary of the messages since the last one, then roll-ups while a level is full."""
-        summaries = await ctx.sidecar.store.read(lambda conn: _active(conn, ctx.chat_id, "AND type = 'summary'"))
+        summaries = await self.store.read(lambda conn: _active(conn, ctx.chat_id, "AND type = 'summary'"))
         covered = max((s.seq_to for s in summaries if s.seq_to is not None), default=-1)
         exclude = ctx.setting("extract.exclude_tags")
-        messages = await ctx.sidecar.store.read(lambda conn: load_messages(conn, ctx.chat_id, covered + 1, ctx.end))
+        messages = await self.store.read(lambda conn: load_messages(conn, ctx.chat_id, covered + 1, ctx.end))
         lines = [f"#{m.index} [{m.role} {m.name}]: {strip_tags(m.text, exclude)}" for m in messages
                  if m.role != "system" and strip_tags(m.text, exclude)]
         if not lines:
@@ -83,7 +81,7 @@ class MaintainStage(BaseStage):
         if frontier:
             user += "## Earlier summaries\n" + "\n".join(field_text(s.fields.get("summary")) for s in frontier) + "\n\n"
         user += "## Messages\n" + text
-        value, _ = await ask(ctx, "summary", user, language=ctx.data.get("language", "en"))
+        value, _ = await self.ask(ctx, "summary", user, language=ctx.data.get("language", "en"))
         summary = field_text(value.get("summary") if isinstance(value, dict) else None)
         if not summary:
             return
@@ -101,13 +99,13 @@ class MaintainStage(BaseStage):
     async def rollup(self, ctx: BatchContext) -> None:
         fan_in = ctx.setting("maintain.summary_fan_in")
         for level in range(MAX_ROLLUP_LEVELS):
-            nodes = await ctx.sidecar.store.read(lambda conn: _active(
+            nodes = await self.store.read(lambda conn: _active(
                 conn, ctx.chat_id, "AND type = 'summary' AND level = ?", (level,)))
             if len(nodes) <= fan_in:
                 return
             group = nodes[:fan_in]
             user = "\n".join(f"[{i}] {field_text(n.fields.get('summary'))}" for i, n in enumerate(group, 1))
-            value, _ = await ask(ctx, "rollup", user, language=ctx.data.get("language", "en"))
+            value, _ = await self.ask(ctx, "rollup", user, language=ctx.data.get("language", "en"))
             summary = field_text(value.get("summary") if isinstance(value, dict) else None)
             if not summary:
                 return
@@ -123,7 +121,7 @@ class MaintainStage(BaseStage):
                     _active(conn, ctx.chat_id, "AND type = 'thread'"),
                     _active(conn, ctx.chat_id, "AND type = 'synopsis'"))
 
-        events, characters, threads, current = await ctx.sidecar.store.read(read)
+        events, characters, threads, current = await self.store.read(read)
         if len(events) < 3:
             return
         parts = ["## Events", *(f"[#{e.seq_to}] {field_text(e.fields.get('summary'))}" for e in events[-30:])]
@@ -133,7 +131,7 @@ class MaintainStage(BaseStage):
         if threads:
             parts += ["## Threads", *(f"{field_text(t.fields.get('title'))}: {field_text(t.fields.get('status'))}"
                                       for t in threads[-8:])]
-        value, _ = await ask(ctx, "synopsis", "\n".join(parts), language=ctx.data.get("language", "en"))
+        value, _ = await self.ask(ctx, "synopsis", "\n".join(parts), language=ctx.data.get("language", "en"))
         summary = field_text(value.get("summary") if isinstance(value, dict) else None)
         if not summary:
             return
@@ -161,7 +159,7 @@ class MaintainStage(BaseStage):
                     _active(conn, ctx.chat_id, "AND type = 'character'"),
                     _active(conn, ctx.chat_id, "AND type = 'thread'"), contradictions)
 
-        events, characters, threads, contradictions = await ctx.sidecar.store.read(read)
+        events, characters, threads, contradictions = await self.store.read(read)
         if len(events) < 2:
             return
         parts = ["## Recent events", *(f"[#{e.seq_to}] {field_text(e.fields.get('summary'))}" for e in events[-6:])]
@@ -174,7 +172,7 @@ class MaintainStage(BaseStage):
                                       for t in threads[-4:])]
         if contradictions:
             parts += ["## Contradictions", *(f"{r['a'][:150]} contradicts {r['b'][:150]}" for r in contradictions)]
-        value, _ = await ask(ctx, "reflect", "\n".join(parts), language=ctx.data.get("language", "en"))
+        value, _ = await self.ask(ctx, "reflect", "\n".join(parts), language=ctx.data.get("language", "en"))
         if not isinstance(value, dict):
             return
         fields = clean_fields(NODE_TYPES["reflection"].columns, value)
@@ -191,7 +189,7 @@ class MaintainStage(BaseStage):
                                        importance=importance, seq_from=ctx.start, seq_to=ctx.end, source="llm"))
             for event_id in recent:
                 if cs.get_node(event_id) is not None:
-                    cs.add_edge(node.id, event_id, "evolves", 0.75)
+                    cs.add_edge(node.id, event_id, "evolves", Strength.REFLECTION)
             record_event(cs.conn, cs.chat_id, "reflect", node_id=node.id)
 
         await ctx.write(write, "reflect")
@@ -207,7 +205,7 @@ class MaintainStage(BaseStage):
                 threshold, fan_in, depth, keep = NODE_TYPES[type_].compression
                 if level >= depth:
                     continue
-                nodes = await ctx.sidecar.store.read(lambda conn: _active(
+                nodes = await self.store.read(lambda conn: _active(
                     conn, ctx.chat_id, "AND type = ? AND level = ? AND source = 'llm' AND locked = 0 AND pinned = 0",
                     (type_, level)))
                 if len(nodes) <= max(threshold, 2):
@@ -227,7 +225,7 @@ class MaintainStage(BaseStage):
                 cols = ", ".join(c for c in NODE_TYPES[type_].columns if c != "speaker")
                 lines.append(f"## G{g} ({type_}; fields: {cols})")
                 lines += [f"- {n.label}: {n.text()}" for n in chunk]
-            value, _ = await ask(ctx, "compress", "\n".join(lines), language=ctx.data.get("language", "en"),
+            value, _ = await self.ask(ctx, "compress", "\n".join(lines), language=ctx.data.get("language", "en"),
                                  max_tokens=min(4000, 200 + 250 * len(chunks)))
             answers = {}
             for item in as_list(value, "groups", "results"):

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
+from ..embed import EmbeddingService
 from ..graph.model import Node, field_text, node_from_row
-from ..llm.base import Usage, complete_json
+from ..live import LiveHub
+from ..llm.base import LLMClient, Usage, complete_json
 from ..llm.prompts import system_prompt
+from ..store import Store
 from ..store.queries import nodes_by_ids
+from .batch import BaseStage, BatchContext
 from .render import detect_language
-
-if TYPE_CHECKING:
-    from .batch import BatchContext
 
 log = logging.getLogger("stbme.llm")
 _KEY = re.compile(r"^\[?\s*([A-Za-z]+)\s*[-_]?\s*(\d+)\s*\]?$")
@@ -84,23 +85,22 @@ def neighbour_sort_key(item: tuple[Node, float]):
     return (-round(sim, 4), node.seq_to if node.seq_to is not None else -1, node.type, node.label)
 
 
-async def nearest(ctx: "BatchContext", vector: np.ndarray, k: int, *, exclude: Iterable[str] = (),
-                  min_similarity: float = 0.0) -> list[tuple[Node, float]]:
+async def nearest(store: Store, embedder_id: str, chat_id: str, vector: np.ndarray, k: int, *,
+                  exclude: Iterable[str] = (), min_similarity: float = 0.0) -> list[tuple[Node, float]]:
     """The k most similar active memories to a vector, raw per-message events and `exclude` left out.
 
     Exact cosine over the chat's structured memories (not the HNSW index): they are few next to the raw
     events, exactness costs well under a millisecond, and it makes the answer independent of the index's
     history, so a replay after a rollback shows the LLM exactly the neighbours a fresh ingest shows."""
-    sc = ctx.sidecar
     excluded = set(exclude)
 
     def read(conn):
         return conn.execute(
             "SELECT id, embedding FROM nodes WHERE chat_id = ? AND archived = 0 AND embedding IS NOT NULL"
             " AND embedder = ? AND NOT (type = 'event' AND source = 'heuristic')",
-            (ctx.chat_id, sc.embeddings.id)).fetchall()
+            (chat_id, embedder_id)).fetchall()
 
-    rows = [r for r in await sc.store.read(read) if r["id"] not in excluded]
+    rows = [r for r in await store.read(read) if r["id"] not in excluded]
     if not rows:
         return []
     matrix = np.vstack([np.frombuffer(r["embedding"], dtype=np.float32) for r in rows])
@@ -111,7 +111,7 @@ async def nearest(ctx: "BatchContext", vector: np.ndarray, k: int, *, exclude: I
     if not picked:
         return []
     ids = list(picked)
-    node_rows = await sc.store.read(lambda conn: nodes_by_ids(conn, ctx.chat_id, ids))
+    node_rows = await store.read(lambda conn: nodes_by_ids(conn, chat_id, ids))
     found = [(node, picked[node.id]) for node in map(node_from_row, node_rows)]
     found.sort(key=neighbour_sort_key)
     return found[:k]
@@ -121,17 +121,37 @@ def chat_language(texts: list[str]) -> str:
     return detect_language(texts)
 
 
-async def ask(ctx: "BatchContext", task: str, user: str, *, language: str, retries: int | None = None,
-              max_tokens: int | None = None) -> tuple[Any, Usage]:
-    """One JSON task on the sidecar's LLM: system prompt (override-aware), user content, repair, retry."""
-    messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language)},
-                {"role": "user", "content": user}]
-    retries = ctx.setting("llm.json_retries") if retries is None else retries
-    value, usage = await complete_json(ctx.sidecar.llm, messages, task=task, retries=retries,
-                                       max_tokens=max_tokens, expect=(dict, list))
-    stats = ctx.data.setdefault("llm_usage", Usage())
-    stats += usage
-    return value, usage
+class LLMStage(BaseStage):
+    """A stage that asks the memory LLM: it reads the store, compares vectors and tells the user when a
+    task had to be skipped."""
+
+    needs_llm = True
+
+    def __init__(self, *, store: Store, embeddings: EmbeddingService, llm: LLMClient, live: LiveHub):
+        self.store = store
+        self.embeddings = embeddings
+        self.llm = llm
+        self.live = live
+
+    async def ask(self, ctx: BatchContext, task: str, user: str, *, language: str, retries: int | None = None,
+                  max_tokens: int | None = None) -> tuple[Any, Usage]:
+        """One JSON task: system prompt (override-aware), user content, repair, retry."""
+        messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language)},
+                    {"role": "user", "content": user}]
+        retries = ctx.setting("llm.json_retries") if retries is None else retries
+        value, usage = await complete_json(self.llm, messages, task=task, retries=retries,
+                                           max_tokens=max_tokens, expect=(dict, list))
+        stats = ctx.data.setdefault("llm_usage", Usage())
+        stats += usage
+        return value, usage
+
+    async def nearest(self, ctx: BatchContext, vector: np.ndarray, k: int, *, exclude: Iterable[str] = (),
+                      min_similarity: float = 0.0) -> list[tuple[Node, float]]:
+        return await nearest(self.store, self.embeddings.id, ctx.chat_id, vector, k, exclude=exclude,
+                             min_similarity=min_similarity)
+
+    def notice(self, ctx: BatchContext, message: str) -> None:
+        self.live.notice("warning", message, ctx.chat_id)
 
 
 def as_list(value: Any, *keys: str) -> list:

@@ -12,11 +12,11 @@ import orjson
 from ..embed import EmbedError, EmbeddingService
 from ..graph.model import NODE_COLUMNS, Node, node_from_row
 from ..graph.schema import NODE_TYPES
-from ..index import IndexManager
+from ..index import ChatIndexes
+from ..policy import REINFORCE_STEP
 from ..store import Store
 from ..store.queries import message_count, nodes_by_ids
 from ..tokens import count_tokens
-from .lexical import LexicalIndexes
 from .render import detect_language, has_content, render_block
 
 CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
@@ -72,8 +72,8 @@ def _fetch(conn, chat_id: str, ids: list[str]):
     return core, rows, message_count(conn, chat_id)
 
 
-async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexManager, lexical: LexicalIndexes,
-                 chat_id: str, q: RecallQuery, settings, reranker=None) -> dict:
+async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,
+                 settings, reranker=None) -> dict:
     """Run one recall; `settings(name)` gives the chat's effective setting. `reranker(result, query,
     recent)` (the optional LLM rerank) reorders a larger candidate list and cuts it to max_memories."""
     started = time.perf_counter()
@@ -88,12 +88,12 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexMa
     vec_hits: list[tuple[str, float]] = []
     hnsw = None
     if qvec is not None:
-        hnsw = await indexes.get(chat_id)
+        hnsw = await indexes.vectors.get(chat_id)
         vec_hits = hnsw.query(qvec, k)
     # Keywords come from the user's input alone: recent turns in BM25 drag in near-copies of the last
     # reply. They only stand in when the input is empty (continue, regenerate).
     lex_text = q.query if q.query.strip() else (recent[0] if recent else "")
-    lex_hits = (await lexical.get(chat_id)).search(lex_text, k) if lex_text.strip() else []
+    lex_hits = (await indexes.lexical.get(chat_id)).search(lex_text, k) if lex_text.strip() else []
     result = rank(
         vec_hits, lex_hits, await store.read(lambda conn: _fetch(conn, chat_id, list(
             dict.fromkeys([n for n, _ in vec_hits] + [n for n, _ in lex_hits])))),
@@ -112,10 +112,10 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: IndexMa
         ids = [s.node.id for s in chosen]
         now = time.time()
         store.write_nowait(lambda conn: conn.executemany(
-            # DNA reinforcement: each injection adds 0.1 weight (capped at 1). Not journaled: not message-derived.
-            "UPDATE nodes SET access_count = access_count + 1, last_access = ?, weight = min(1.0, weight + 0.1)"
+            # DNA reinforcement: each injection adds weight (capped at 1). Not journaled: not message-derived.
+            "UPDATE nodes SET access_count = access_count + 1, last_access = ?, weight = min(1.0, weight + ?)"
             " WHERE id = ?",
-            [(now, i) for i in ids]))
+            [(now, REINFORCE_STEP, i) for i in ids]))
     return {
         "text": text,
         "tokens": count_tokens(text),

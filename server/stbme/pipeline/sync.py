@@ -11,14 +11,11 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from typing import Any
-
-from ..errors import BadRequest
 from ..graph.changes import bump_node_rev, ensure_chat
 from ..hashing import chain_hash, message_hash
 from ..store import journal
 from ..store.events import record_event
-from ..store.jobs import enqueue_job
+from ..store.jobs import JobKind, JobState, enqueue_job, has_open_job
 from ..store.queries import message_count
 
 ROLES = ("user", "assistant", "system")
@@ -62,68 +59,6 @@ class SyncResult:
         return data
 
 
-def _int(value: Any, field: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"'{field}' must be a whole number", field=field)
-    if value < minimum:
-        raise BadRequest(f"'{field}' must be at least {minimum}", field=field)
-    return value
-
-
-def parse_sync_request(body: Any, *, max_messages: int, max_chars: int) -> SyncRequest:
-    """Validate a sync body; every problem is a 400 naming the field."""
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object with 'length', 'messages' and 'anchors'")
-    length = _int(body.get("length"), "length")
-    raw_messages = body.get("messages", [])
-    if not isinstance(raw_messages, list):
-        raise BadRequest("'messages' must be a list", field="messages")
-    if len(raw_messages) > max_messages:
-        raise BadRequest(f"{len(raw_messages)} messages in one sync; the limit is {max_messages} "
-                         "(server.max_sync_messages): send them in chunks", field="messages")
-    messages = []
-    for i, raw in enumerate(raw_messages):
-        where = f"messages[{i}]"
-        if not isinstance(raw, dict):
-            raise BadRequest(f"'{where}' must be an object", field=where)
-        index = _int(raw.get("index"), f"{where}.index")
-        role = raw.get("role")
-        if role not in ROLES:
-            raise BadRequest(f"'{where}.role' must be one of user, assistant, system (got {role!r})",
-                             field=f"{where}.role")
-        name = raw.get("name") or ""
-        text = raw.get("text")
-        if not isinstance(name, str):
-            raise BadRequest(f"'{where}.name' must be a string", field=f"{where}.name")
-        if not isinstance(text, str):
-            raise BadRequest(f"'{where}.text' must be a string", field=f"{where}.text")
-        if len(text) > max_chars:
-            raise BadRequest(f"'{where}.text' has {len(text)} characters; the limit is {max_chars} "
-                             "(server.max_message_chars)", field=f"{where}.text")
-        swipe_id = raw.get("swipe_id")
-        if swipe_id is not None:
-            swipe_id = _int(swipe_id, f"{where}.swipe_id")
-        send_date = raw.get("send_date")
-        if send_date is not None and not isinstance(send_date, (str, int, float)):
-            raise BadRequest(f"'{where}.send_date' must be a string", field=f"{where}.send_date")
-        messages.append(Message(index, role, name, text, swipe_id, None if send_date is None else str(send_date)))
-    for prev, cur in zip(messages, messages[1:]):
-        if cur.index != prev.index + 1:
-            raise BadRequest(f"message indexes must be contiguous: {prev.index} is followed by {cur.index}",
-                             field="messages")
-    if messages and messages[-1].index >= length:
-        raise BadRequest(f"message index {messages[-1].index} is not below length {length}", field="messages")
-    raw_anchors = body.get("anchors", [])
-    if not isinstance(raw_anchors, list):
-        raise BadRequest("'anchors' must be a list of {index, chain}", field="anchors")
-    anchors = {}
-    for i, raw in enumerate(raw_anchors[:256]):
-        if not isinstance(raw, dict) or not isinstance(raw.get("chain"), str):
-            raise BadRequest(f"'anchors[{i}]' must be an object with 'index' and 'chain'", field=f"anchors[{i}]")
-        anchors[_int(raw.get("index"), f"anchors[{i}].index")] = raw["chain"]
-    return SyncRequest(length, messages, anchors)
-
-
 def _stored_chains(conn: sqlite3.Connection, chat_id: str, indexes: list[int]) -> dict[int, tuple[str, str]]:
     out = {}
     for i in range(0, len(indexes), 500):
@@ -156,7 +91,7 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
     if start > 0 and proven < start - 1:
         need_from = proven + 1
         return SyncResult("need_more", stored_length, None, need_from, processed_upto,
-                          _has_open_job(conn, chat_id), 0)
+                          has_open_job(conn, chat_id), 0)
 
     # 2. First index whose stored copy differs.
     diverged = None
@@ -198,10 +133,10 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
     conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
                  (processed_upto, time.time(), chat_id))
 
-    queued = _has_open_job(conn, chat_id)
+    queued = has_open_job(conn, chat_id)
     # A running job may already be past its last look at the messages: queue another behind it.
-    if extract_enabled and processed_upto < stored_length - 1 and not _has_open_job(conn, chat_id, ("pending",)):
-        enqueue_job(conn, chat_id, "process")
+    if extract_enabled and processed_upto < stored_length - 1 and not has_open_job(conn, chat_id, states=(JobState.PENDING,)):
+        enqueue_job(conn, chat_id, JobKind.PROCESS)
         queued = True
     status = "synced" if whole_chat else "need_more"
     need_from = None if whole_chat else end + 1
@@ -223,11 +158,6 @@ def undo_memories_from(conn: sqlite3.Connection, chat_id: str, index: int, *, re
     record_event(conn, chat_id, "rollback", diverged_at=index, entries=undo.entries, batches=undo.batches,
                  reprocess_from=restart, reason=reason)
     return undo, processed_upto
-
-
-def _has_open_job(conn: sqlite3.Connection, chat_id: str, states=("pending", "running")) -> bool:
-    return conn.execute(f"SELECT 1 FROM jobs WHERE chat_id = ? AND kind = 'process' AND state IN"
-                        f" ({','.join('?' * len(states))})", (chat_id, *states)).fetchone() is not None
 
 
 def load_messages(conn: sqlite3.Connection, chat_id: str, start: int, end: int | None = None) -> list[Message]:

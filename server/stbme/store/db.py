@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..errors import StoreClosed
-from .migrations import migrate
+from .migrations import MIGRATIONS, Migration, migrate
 
 log = logging.getLogger("stbme.store")
 T = TypeVar("T")
@@ -38,8 +38,9 @@ def prepare_connection(conn: sqlite3.Connection) -> None:
 class Store:
     """A SQLite database with a single writer thread. Create with `Store.open(path)`."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, migrations: list[tuple[str, Migration]] = MIGRATIONS):
         self.path = Path(path)
+        self._migrations = migrations
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
         self._local = threading.local()
@@ -52,9 +53,9 @@ class Store:
         self._thread = threading.Thread(target=self._writer_loop, name="stbme-writer", daemon=True)
 
     @classmethod
-    def open(cls, path: Path | str) -> "Store":
+    def open(cls, path: Path | str, migrations: list[tuple[str, Migration]] = MIGRATIONS) -> "Store":
         """Open (creating and migrating) the database at path and start the writer thread."""
-        store = cls(Path(path))
+        store = cls(Path(path), migrations)
         store.path.parent.mkdir(parents=True, exist_ok=True)
         store._thread.start()
         store._ready.wait()
@@ -68,7 +69,7 @@ class Store:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode = WAL")
             prepare_connection(conn)
-            migrate(conn)
+            migrate(conn, self._migrations)
             self._writer_conn = conn
         except BaseException as exc:  # reported to the opener
             self._start_error = exc

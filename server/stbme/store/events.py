@@ -14,8 +14,13 @@ def record_event(conn: sqlite3.Connection, chat_id: str | None, kind: str, /, **
                  (chat_id, time.time(), kind, orjson.dumps(data).decode()))
 
 
-def list_events(conn: sqlite3.Connection, chat_id: str | None, limit: int = 100) -> list[dict]:
+def list_events(conn: sqlite3.Connection, *, chat_id: str | None = None, kind: str | None = None,
+                since: float | None = None, limit: int = 100, oldest_first: bool = False) -> list[dict]:
+    """Events matching every filter given, newest first (or oldest first)."""
+    order = "ASC" if oldest_first else "DESC"
     rows = conn.execute(
-        "SELECT id, chat_id, at, kind, data FROM events WHERE (? IS NULL OR chat_id = ?)"
-        " ORDER BY id DESC LIMIT ?", (chat_id, chat_id, limit)).fetchall()
-    return [dict(r) | {"data": orjson.loads(r["data"])} for r in rows]
+        "SELECT id, chat_id, at, kind, data FROM events WHERE (? IS NULL OR chat_id = ?) AND"
+        f" (? IS NULL OR kind = ?) AND (? IS NULL OR at >= ?) ORDER BY id {order} LIMIT ?",
+        (chat_id, chat_id, kind, kind, since, since, limit)).fetchall()
+    return [{"id": r["id"], "at": r["at"], "chat_id": r["chat_id"], "kind": r["kind"], "data": orjson.loads(r["data"])}
+            for r in rows]

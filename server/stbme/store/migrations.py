@@ -9,11 +9,18 @@ import sqlite3
 import time
 from typing import Callable
 
-MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = []
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []       # the sidecar's database
+HUB_MIGRATIONS: list[tuple[str, Migration]] = []   # the DNA hub's own database (`stbme hub`)
 
 
-def migration(fn: Callable[[sqlite3.Connection], None]):
+def migration(fn: Migration) -> Migration:
     MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+def hub_migration(fn: Migration) -> Migration:
+    HUB_MIGRATIONS.append((fn.__name__, fn))
     return fn
 
 
@@ -213,6 +220,35 @@ def m004_degraded_batches(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE chats ADD COLUMN degraded_from INTEGER")
 
 
+@hub_migration
+def h001_hub(conn: sqlite3.Connection) -> None:
+    _run_script(
+        conn,
+        """
+        -- IF NOT EXISTS: hub files written before the hub had migrations already hold these tables.
+        -- Sidecars seen by the hub: numbers only, never chat content.
+        CREATE TABLE IF NOT EXISTS hub_nodes (
+            node_id TEXT PRIMARY KEY,
+            first_seen REAL NOT NULL,
+            last_seen REAL NOT NULL,
+            heartbeats INTEGER NOT NULL,
+            stats TEXT NOT NULL,
+            capabilities TEXT NOT NULL,
+            version TEXT
+        );
+        -- Published genes and capsules (templates).
+        CREATE TABLE IF NOT EXISTS hub_assets (
+            kind TEXT NOT NULL,
+            id TEXT NOT NULL,
+            node_id TEXT NOT NULL,
+            data TEXT NOT NULL,
+            published_at REAL NOT NULL,
+            PRIMARY KEY (kind, id)
+        )
+        """
+    )
+
+
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
     # Not executescript(): it COMMITs first, which would split the migration's transaction.
     for statement in script.split(";\n"):
@@ -224,18 +260,18 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT count(*) FROM migrations").fetchone()[0]
 
 
-def migrate(conn: sqlite3.Connection) -> list[str]:
+def migrate(conn: sqlite3.Connection, migrations: list[tuple[str, Migration]] = MIGRATIONS) -> list[str]:
     """Apply every migration not yet recorded, each in its own transaction. Returns the names applied."""
     conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
     done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
-    known = {name for name, _ in MIGRATIONS}
+    known = {name for name, _ in migrations}
     unknown = done - known
     if unknown:
         raise RuntimeError(
             f"this database was written by a newer stbme (migrations {sorted(unknown)}); upgrade stbme"
         )
     applied = []
-    for name, fn in MIGRATIONS:
+    for name, fn in migrations:
         if name in done:
             continue
         conn.execute("BEGIN IMMEDIATE")

@@ -1,4 +1,4 @@
-"""Read queries several modules share, written once so that each uses the right index.
+"""Named read queries several modules share, written once so that each uses the right index.
 
 Without table statistics SQLite prefers the `(chat_id, archived, type)` index for `chat_id = ? AND
 id IN (…)` and reads the whole chat; `+chat_id` keeps it on the primary key. Counting a chat's messages
@@ -11,7 +11,13 @@ from __future__ import annotations
 import sqlite3
 from typing import Iterable
 
+from ..errors import NotFound
+
 CHUNK = 500
+# Every table that holds a chat's data, with the column naming the chat (deleted with the chat).
+CHAT_TABLES = (("messages", "chat_id"), ("nodes", "chat_id"), ("edges", "chat_id"), ("journal", "chat_id"),
+               ("jobs", "chat_id"), ("mentions", "chat_id"), ("settings", "scope"), ("events", "chat_id"),
+               ("repair_loops", "chat_id"), ("dna_state", "chat_id"))
 
 
 def nodes_by_ids(conn: sqlite3.Connection, chat_id: str, ids: Iterable[str], *, columns: str = "*",
@@ -30,3 +36,129 @@ def nodes_by_ids(conn: sqlite3.Connection, chat_id: str, ids: Iterable[str], *, 
 def message_count(conn: sqlite3.Connection, chat_id: str) -> int:
     """How many messages of the chat are stored (they are always numbered 0..n-1)."""
     return conn.execute("SELECT coalesce(max(idx) + 1, 0) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
+
+
+def chat_row(conn: sqlite3.Connection, chat_id: str) -> sqlite3.Row | None:
+    return conn.execute("SELECT * FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+
+
+def require_chat(conn: sqlite3.Connection, chat_id: str) -> sqlite3.Row:
+    """The chat's row, or NotFound: the sidecar learns a chat from its first sync."""
+    row = chat_row(conn, chat_id)
+    if row is None:
+        raise NotFound(f"no chat {chat_id!r} in the sidecar yet (sync it first)", field="chat_id")
+    return row
+
+
+def list_chats(conn: sqlite3.Connection) -> list[dict]:
+    return [dict(r) for r in conn.execute(
+        "SELECT c.chat_id, c.processed_upto, c.updated_at,"
+        " (SELECT coalesce(max(idx) + 1, 0) FROM messages m WHERE m.chat_id = c.chat_id) AS messages,"
+        " (SELECT count(*) FROM nodes n WHERE n.chat_id = c.chat_id AND n.archived = 0) AS nodes"
+        " FROM chats c ORDER BY c.updated_at DESC")]
+
+
+def recent_chats(conn: sqlite3.Connection, limit: int) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT chat_id FROM chats ORDER BY updated_at DESC LIMIT ?", (limit,))]
+
+
+def count_active_nodes(conn: sqlite3.Connection, chat_id: str) -> int:
+    return conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0", (chat_id,)).fetchone()[0]
+
+
+def count_unembedded(conn: sqlite3.Connection, chat_id: str, embedder_id: str) -> int:
+    """Active nodes of the chat without a vector from this embedder."""
+    return conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND"
+                        " (embedding IS NULL OR embedder IS NOT ?)", (chat_id, embedder_id)).fetchone()[0]
+
+
+def chats_with_unembedded(conn: sqlite3.Connection, embedder_id: str) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT chat_id FROM nodes WHERE archived = 0 AND (embedding IS NULL OR embedder IS NOT ?)",
+        (embedder_id,))]
+
+
+def delete_chat_rows(conn: sqlite3.Connection, chat_id: str) -> dict[str, int]:
+    """Delete everything the sidecar holds for the chat. Returns rows deleted per table ('chats': 0 or 1)."""
+    counts = {table: conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (chat_id,)).rowcount
+              for table, column in CHAT_TABLES}
+    counts["chats"] = conn.execute("DELETE FROM chats WHERE chat_id = ?", (chat_id,)).rowcount
+    return counts
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern (ESCAPE '\\') matching text anywhere."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def nodes_page(conn: sqlite3.Connection, chat_id: str, *, offset: int, limit: int, type_: str | None = None,
+               contains: str | None = None, archived: bool | None = False) -> tuple[int, list[sqlite3.Row]]:
+    """One page of a chat's nodes (pinned first, then newest), and how many match in all."""
+    where, args = ["chat_id = ?"], [chat_id]
+    if type_:
+        where.append("type = ?")
+        args.append(type_)
+    if archived is not None:
+        where.append("archived = ?")
+        args.append(int(archived))
+    if contains:
+        where.append("fields LIKE ? ESCAPE '\\'")
+        args.append(like_pattern(contains))
+    sql_where = " AND ".join(where)
+    total = conn.execute(f"SELECT count(*) FROM nodes WHERE {sql_where}", args).fetchone()[0]
+    rows = conn.execute(f"SELECT * FROM nodes WHERE {sql_where} ORDER BY pinned DESC,"
+                        f" coalesce(seq_to, -1) DESC, created_at DESC LIMIT ? OFFSET ?",
+                        [*args, limit, offset]).fetchall()
+    return total, rows
+
+
+def node_row(conn: sqlite3.Connection, chat_id: str, node_id: str) -> sqlite3.Row | None:
+    return conn.execute("SELECT * FROM nodes WHERE id = ? AND chat_id = ?", (node_id, chat_id)).fetchone()
+
+
+def require_node(conn: sqlite3.Connection, chat_id: str, node_id: str) -> sqlite3.Row:
+    row = node_row(conn, chat_id, node_id)
+    if row is None:
+        raise NotFound(f"no memory {node_id!r} in chat {chat_id!r}", field="id")
+    return row
+
+
+def edges_of(conn: sqlite3.Connection, chat_id: str, node_id: str | None = None, limit: int = 5000):
+    """The chat's edges (those touching node_id, if given), oldest first."""
+    return conn.execute("SELECT * FROM edges WHERE chat_id = ? AND (? IS NULL OR from_id = ? OR to_id = ?)"
+                        " ORDER BY created_at LIMIT ?", (chat_id, node_id, node_id, node_id, limit)).fetchall()
+
+
+def chat_graph(conn: sqlite3.Connection, chat_id: str) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
+    """All node and edge rows of the chat in insertion order (export)."""
+    nodes = conn.execute("SELECT * FROM nodes WHERE chat_id = ? ORDER BY rowid", (chat_id,)).fetchall()
+    edges = conn.execute("SELECT * FROM edges WHERE chat_id = ? ORDER BY rowid", (chat_id,)).fetchall()
+    return nodes, edges
+
+
+def store_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    return {"chats": conn.execute("SELECT count(*) FROM chats").fetchone()[0],
+            "nodes": conn.execute("SELECT count(*) FROM nodes WHERE archived = 0").fetchone()[0]}
+
+
+def unembedded_nodes(conn: sqlite3.Connection, chat_id: str, embedder_id: str, limit: int) -> list[sqlite3.Row]:
+    """(id, fields, rev) of active nodes of the chat without a vector from this embedder."""
+    return conn.execute("SELECT id, fields, rev FROM nodes WHERE chat_id = ? AND archived = 0 AND"
+                        " (embedding IS NULL OR embedder IS NOT ?) LIMIT ?", (chat_id, embedder_id, limit)).fetchall()
+
+
+def node_rev(conn: sqlite3.Connection, node_id: str) -> int | None:
+    row = conn.execute("SELECT rev FROM nodes WHERE id = ?", (node_id,)).fetchone()
+    return row[0] if row else None
+
+
+def active_node_fields(conn: sqlite3.Connection) -> list[str]:
+    """The fields (JSON) of every active node of every chat (a re-embed reads all texts)."""
+    return [r[0] for r in conn.execute("SELECT fields FROM nodes WHERE archived = 0")]
+
+
+def clear_chat_memories(conn: sqlite3.Connection, chat_id: str, processed_upto: int) -> None:
+    """Delete the chat's memories and what derives from them (never its messages); set where processing is."""
+    for table in ("nodes", "edges", "journal", "mentions", "repair_loops"):
+        conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (chat_id,))
+    conn.execute("UPDATE chats SET processed_upto = ? WHERE chat_id = ?", (processed_upto, chat_id))

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 import sys
-from pathlib import Path
 
 import click
 import orjson
 
-from ..cli import _run, data_dir_option
-from ..graph.schema import NODE_TYPES, RELATIONS
-from ..sidecar import Sidecar
-from . import assets
-from .hub import DEFAULT_HUB_PORT, create_hub_app
-
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-
-
-def _dna_run(data_dir: Path, fn):
-    async def go(sc: Sidecar):
-        await sc.store.write(assets.ensure_builtins)
-        return await fn(sc)
-    return _run(data_dir, go)
-
-
-def _echo_json(data) -> None:
-    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+from ..api.hub import DEFAULT_HUB_PORT, create_hub_app
+from ..api.middleware import is_loopback
+from ..graph.schema import NODE_TYPES, RELATIONS, Strength
+from ..services import Services
+from ..usecases.memories import NewMemory
+from ..usecases.recall import RecallRequest
+from .commands import _chat_arg
+from .common import data_dir_option, echo_json as _echo_json, json_option as _json_option, run
 
 
 @click.group("dna")
@@ -42,7 +32,7 @@ def dna_group():
 
 
 @dna_group.command()
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @click.argument("text")
 @click.option("--type", "type_", default="event", show_default=True, type=click.Choice(sorted(NODE_TYPES)),
               help="Memory type; the directive types are correction, preference, decision, error, workflow.")
@@ -54,8 +44,8 @@ def remember(chat_id, text, type_, importance, pin, data_dir, as_json):
     """Remember TEXT in CHAT_ID (a manual memory: chat edits never undo it)."""
     spec = NODE_TYPES[type_]
     field = spec.required[0] if spec.required else "summary"
-    node = _dna_run(data_dir, lambda sc: sc.create_node(
-        chat_id, {"type": type_, "fields": {field: text}, "importance": importance, "pinned": pin}))
+    node = run(data_dir, lambda svc: svc.memories.create(
+        chat_id, NewMemory(type_, {field: text}, importance=importance, pinned=pin)))
     if as_json:
         _echo_json(node)
     else:
@@ -64,13 +54,13 @@ def remember(chat_id, text, type_, importance, pin, data_dir, as_json):
 
 
 @dna_group.command("recall")
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @click.argument("query")
 @data_dir_option
 @_json_option
 def recall_cmd(chat_id, query, data_dir, as_json):
     """The memories recall would inject for QUERY (reinforces them, as a real recall does)."""
-    result = _dna_run(data_dir, lambda sc: sc.recall(chat_id, {"query": query}))
+    result = run(data_dir, lambda svc: svc.recall.recall(chat_id, RecallRequest(query)))
     if as_json:
         _echo_json(result)
         return
@@ -80,12 +70,12 @@ def recall_cmd(chat_id, query, data_dir, as_json):
 
 
 @dna_group.command()
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @data_dir_option
 @_json_option
 def reflect(chat_id, data_dir, as_json):
     """Consolidate memory layers and look for repair loops now."""
-    report = _dna_run(data_dir, lambda sc: sc.dna.reflect(chat_id))
+    report = run(data_dir, lambda svc: svc.dna.reflect(chat_id))
     if as_json:
         _echo_json(report)
         return
@@ -96,12 +86,12 @@ def reflect(chat_id, data_dir, as_json):
 
 
 @dna_group.command()
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @data_dir_option
 @_json_option
 def decay(chat_id, data_dir, as_json):
     """Run one decay pass now (memories under dna.forget_threshold are archived, not deleted)."""
-    report = _dna_run(data_dir, lambda sc: sc.dna.decay(chat_id))
+    report = run(data_dir, lambda svc: svc.dna.decay(chat_id))
     if as_json:
         _echo_json(report)
         return
@@ -110,21 +100,22 @@ def decay(chat_id, data_dir, as_json):
 
 
 @dna_group.command()
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @click.argument("from_id")
 @click.argument("to_id")
 @click.option("--relation", default="related", show_default=True, type=click.Choice(sorted(RELATIONS)),
               help="Edge relation.")
-@click.option("--strength", type=click.FloatRange(0, 1), default=0.8, show_default=True, help="Edge strength 0-1.")
+@click.option("--strength", type=click.FloatRange(0, 1), default=Strength.LINK, show_default=True,
+              help="Edge strength 0-1.")
 @data_dir_option
 def link(chat_id, from_id, to_id, relation, strength, data_dir):
     """Link two memories of CHAT_ID."""
-    edge = _dna_run(data_dir, lambda sc: sc.dna.link(chat_id, from_id, to_id, relation, strength))
+    edge = run(data_dir, lambda svc: svc.memories.link(chat_id, from_id, to_id, relation, strength))
     click.echo(edge["id"])
 
 
 @dna_group.command("list")
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @click.option("--type", "type_", type=click.Choice(sorted(NODE_TYPES)), default=None, help="Only this type.")
 @click.option("--archived", type=click.Choice(["false", "true", "all"]), default="false", show_default=True,
               help="Active, archived or all memories.")
@@ -133,7 +124,7 @@ def link(chat_id, from_id, to_id, relation, strength, data_dir):
 @_json_option
 def list_cmd(chat_id, type_, archived, limit, data_dir, as_json):
     """List memories of CHAT_ID (newest first), with weight and flags."""
-    data = _dna_run(data_dir, lambda sc: sc.list_nodes(
+    data = run(data_dir, lambda svc: svc.memories.list(
         chat_id, limit=limit, type_=type_, archived=None if archived == "all" else archived == "true"))
     if as_json:
         _echo_json(data)
@@ -145,22 +136,22 @@ def list_cmd(chat_id, type_, archived, limit, data_dir, as_json):
 
 
 @dna_group.command()
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @click.argument("node_id")
 @data_dir_option
 def delete(chat_id, node_id, data_dir):
     """Archive a memory (DNA never deletes: restore it from the memory browser or the API)."""
-    node = _dna_run(data_dir, lambda sc: sc.node_action(chat_id, node_id, "archive"))
+    node = run(data_dir, lambda svc: svc.memories.act(chat_id, node_id, "archive"))
     click.echo(f"archived {node['id']}", err=True)
 
 
 @dna_group.command()
-@click.argument("chat_id", required=False)
+@click.argument("chat_id", required=False, callback=_chat_arg)
 @data_dir_option
 @_json_option
 def stats(chat_id, data_dir, as_json):
     """DNA stats of CHAT_ID (layers, weights, directives, strategy, open repair loops), or of all chats."""
-    data = _dna_run(data_dir, lambda sc: sc.dna.chat_stats(chat_id) if chat_id else sc.dna.global_stats())
+    data = run(data_dir, lambda svc: svc.dna.chat_stats(chat_id) if chat_id else svc.dna.global_stats())
     if as_json or not chat_id:
         _echo_json(data)
         return
@@ -179,18 +170,18 @@ def stats(chat_id, data_dir, as_json):
 
 
 @dna_group.command()
-@click.argument("chat_id")
+@click.argument("chat_id", callback=_chat_arg)
 @click.option("-o", "--output", type=click.File("wb"), default="-", help="File to write (default stdout).")
 @data_dir_option
 def export(chat_id, output, data_dir):
     """Export CHAT_ID's memories with its DNA events (JSON)."""
-    async def go(sc: Sidecar):
-        doc = await sc.export_chat(chat_id)
-        doc["dna"] = {"stats": await sc.dna.chat_stats(chat_id),
-                      "events": await sc.dna.events(chat_id=chat_id, limit=100_000, oldest_first=True)}
+    async def go(svc: Services):
+        doc = await svc.transfer.export_chat(chat_id)
+        doc["dna"] = {"stats": await svc.dna.chat_stats(chat_id),
+                      "events": await svc.dna_assets.events(chat_id=chat_id, limit=100_000, oldest_first=True)}
         return doc
 
-    doc = _dna_run(data_dir, go)
+    doc = run(data_dir, go)
     output.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     click.echo(f"exported {len(doc['nodes'])} memories and {len(doc['dna']['events'])} events", err=True)
 
@@ -204,20 +195,20 @@ def export(chat_id, output, data_dir):
 @_json_option
 def genes(disable_id, enable_id, add_file, data_dir, as_json):
     """List genes (and capsules); add, enable or disable one."""
-    async def go(sc: Sidecar):
+    async def go(svc: Services):
         if add_file is not None:
             try:
                 body = orjson.loads(add_file.read())
             except orjson.JSONDecodeError as exc:
                 raise click.ClickException(f"{add_file.name} is not valid JSON: {exc}") from None
-            click.echo(f"added {(await sc.dna.create_gene(body))['id']}", err=True)
+            click.echo(f"added {(await svc.dna_assets.create_gene(body))['id']}", err=True)
         for gene_id, on in ((disable_id, False), (enable_id, True)):
             if gene_id:
-                await sc.dna.edit_gene(gene_id, {"enabled": on})
+                await svc.dna_assets.edit_gene(gene_id, {"enabled": on})
                 click.echo(f"{'enabled' if on else 'disabled'} {gene_id}", err=True)
-        return {"genes": await sc.dna.list_genes(), "capsules": await sc.dna.list_capsules()}
+        return {"genes": await svc.dna_assets.list_genes(), "capsules": await svc.dna_assets.list_capsules()}
 
-    data = _dna_run(data_dir, go)
+    data = run(data_dir, go)
     if as_json:
         _echo_json(data)
         return
@@ -239,11 +230,10 @@ def genes(disable_id, enable_id, add_file, data_dir, as_json):
 def events(chat_id, kind, limit, jsonl, data_dir):
     """The audit log: every gene use, signal, correction, decay, archive, repair loop and rollback."""
     if jsonl:
-        body = _dna_run(data_dir, lambda sc: sc.dna.export_events(chat_id=chat_id, kind=kind))
+        body = run(data_dir, lambda svc: svc.dna_assets.export_events(chat_id=chat_id, kind=kind))
         sys.stdout.buffer.write(body)
         return
-    rows = _dna_run(data_dir, lambda sc: sc.dna.events(chat_id=chat_id, kind=kind, limit=limit))
-    import datetime
+    rows = run(data_dir, lambda svc: svc.dna_assets.events(chat_id=chat_id, kind=kind, limit=limit))
     for e in reversed(rows):
         at = datetime.datetime.fromtimestamp(e["at"]).isoformat(timespec="seconds")
         click.echo(f"{at}  {e['kind']:<14} {e['chat_id'] or '-':<20} {orjson.dumps(e['data']).decode()}")
@@ -259,8 +249,6 @@ def events(chat_id, kind, limit, jsonl, data_dir):
 def hub_command(host, port, data_dir, token):
     """Run a DNA hub: sidecars heartbeat and share genes and capsules (never chat content)."""
     from aiohttp import web
-
-    from ..app import is_loopback
 
     if not is_loopback(host) and not token:
         raise click.ClickException(f"binding the hub to {host} needs --token (or STBME_HUB_TOKEN)")

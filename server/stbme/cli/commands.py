@@ -1,83 +1,33 @@
-"""The `stbme` command line."""
+"""The main commands: serve, stats, recall, export, import, reindex, settings."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
-from pathlib import Path
 
 import click
 import orjson
 
-from . import __version__, config
-from .app import DEFAULT_PORT, create_app
-from .errors import StbmeError
-from .sidecar import Sidecar
+from .. import __version__, config
+from ..api import DEFAULT_PORT, create_app
+from ..api.requests import check_chat_id
+from ..errors import StbmeError
+from ..services import Services
+from ..usecases.recall import RecallRequest
+from .common import ProgressBar, data_dir_option, run
 
 
-def default_data_dir() -> Path:
-    return Path(click.get_app_dir("stbme"))
-
-
-data_dir_option = click.option(
-    "--data-dir", type=click.Path(file_okay=False, path_type=Path), envvar="STBME_DATA_DIR",
-    default=default_data_dir, show_default="per-user dir, e.g. ~/.config/stbme",
-    help="Where the database and indexes live (env STBME_DATA_DIR).")
-
-
-def _run(data_dir: Path, fn):
-    """Open the sidecar (without starting its worker), run `await fn(sidecar)`, close it."""
-    async def main():
-        sidecar = Sidecar.open(data_dir)
-        try:
-            return await fn(sidecar)
-        finally:
-            await sidecar.close()
-
+def _chat_arg(ctx, param, value):
+    """A CHAT_ID argument checked like the API checks it."""
+    if value is None:
+        return value
     try:
-        return asyncio.run(main())
+        return check_chat_id(value)
     except StbmeError as exc:
-        raise click.ClickException(exc.message) from None
+        raise click.BadParameter(exc.message) from None
 
 
-class _Bar:
-    """A click progress bar on stderr that learns its length from the first report."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.bar = None
-        self.done = 0
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            self.bar = click.progressbar(length=max(total, 1), label=self.label, file=sys.stderr,
-                                         show_percent=True, show_eta=True)
-            self.bar.__enter__()
-        self.bar.update(done - self.done)
-        self.done = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="stbme")
-def main():
-    """ST-BME Sidecar: long-term memory for SillyTavern roleplay chats.
-
-    \b
-    Quick start:
-      stbme serve                      # start the sidecar on http://127.0.0.1:8765
-      stbme stats                      # what it remembers
-      stbme recall CHAT_ID "question"  # what it would inject for a question
-
-    Then install the SillyTavern extension (st_extension/) and point it at the sidecar.
-    """
-
-
-@main.command()
+@click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but loopback requires --token.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="Port to listen on.")
@@ -103,16 +53,16 @@ def serve(host, port, data_dir, token, settings, log_level):
     web.run_app(app, host=host, port=port, print=None, access_log=None)
 
 
-@main.command()
+@click.command()
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stats(data_dir, as_json):
     """Show chats, memories and the job queue."""
-    async def go(sc: Sidecar):
-        return {"health": await sc.health(), "chats": await sc.list_chats(),
-                "repair_loops": await sc.dna.list_loops(None)}
+    async def go(svc: Services):
+        return {"health": await svc.health.report(), "chats": await svc.chats.list(),
+                "repair_loops": await svc.dna.list_loops(None)}
 
-    data = _run(data_dir, go)
+    data = run(data_dir, go)
     if as_json:
         click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
         return
@@ -132,16 +82,20 @@ def stats(data_dir, as_json):
                    f"{loop['second']}")
 
 
-@main.command("recall")
-@click.argument("chat_id")
+@click.command("recall")
+@click.argument("chat_id", callback=_chat_arg)
 @click.argument("query")
 @data_dir_option
 @click.option("--budget", type=int, default=None, help="Token budget (default: recall.budget_tokens).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full JSON answer.")
 def recall_cmd(chat_id, query, data_dir, budget, as_json):
     """Print the memory block the sidecar would inject for QUERY in CHAT_ID."""
-    body = {"query": query, **({"budget_tokens": budget} if budget else {})}
-    result = _run(data_dir, lambda sc: sc.recall(chat_id, body))
+    if budget is not None:
+        try:
+            budget = config.setting("recall.budget_tokens").validate(budget)
+        except StbmeError as exc:
+            raise click.ClickException(exc.message) from None
+    result = run(data_dir, lambda svc: svc.recall.recall(chat_id, RecallRequest(query, budget_tokens=budget)))
     if as_json:
         click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -149,19 +103,19 @@ def recall_cmd(chat_id, query, data_dir, budget, as_json):
         click.echo(f"-- {result['tokens']} tokens, {len(result['memories'])} memories", err=True)
 
 
-@main.command()
-@click.argument("chat_id")
+@click.command()
+@click.argument("chat_id", callback=_chat_arg)
 @click.option("-o", "--output", type=click.File("wb"), default="-", help="File to write (default stdout).")
 @data_dir_option
 def export(chat_id, output, data_dir):
     """Export a chat's memories as JSON."""
-    doc = _run(data_dir, lambda sc: sc.export_chat(chat_id))
+    doc = run(data_dir, lambda svc: svc.transfer.export_chat(chat_id))
     output.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     click.echo(f"exported {len(doc['nodes'])} memories, {len(doc['edges'])} edges", err=True)
 
 
-@main.command("import")
-@click.argument("chat_id")
+@click.command("import")
+@click.argument("chat_id", callback=_chat_arg)
 @click.argument("file", type=click.File("rb"))
 @click.option("--replace", is_flag=True, help="Replace the chat's memories instead of adding to them.")
 @data_dir_option
@@ -171,41 +125,41 @@ def import_cmd(chat_id, file, replace, data_dir):
         doc = orjson.loads(file.read())
     except orjson.JSONDecodeError as exc:
         raise click.ClickException(f"{file.name} is not valid JSON: {exc}") from None
-    bar = _Bar("Embedding")
+    bar = ProgressBar("Embedding")
     try:
-        result = _run(data_dir, lambda sc: sc.import_chat(chat_id, doc, "replace" if replace else "merge",
-                                                           progress=bar))
+        result = run(data_dir, lambda svc: svc.transfer.import_chat(chat_id, doc, "replace" if replace else "merge",
+                                                                    progress=bar))
     finally:
         bar.close()
     click.echo(f"imported {result['imported']['nodes']} memories and {result['imported']['edges']} edges"
                + (f"; skipped {len(result['skipped'])}" if result["skipped"] else ""), err=True)
 
 
-@main.command()
-@click.argument("chat_id", required=False)
+@click.command()
+@click.argument("chat_id", required=False, callback=_chat_arg)
 @data_dir_option
 def reindex(chat_id, data_dir):
     """Rebuild the HNSW index of CHAT_ID (or of every chat), embedding what lacks a vector."""
-    async def go(sc: Sidecar):
-        known = [c["chat_id"] for c in await sc.list_chats()]
+    async def go(svc: Services):
+        known = [c["chat_id"] for c in await svc.chats.list()]
         if chat_id is not None and chat_id not in known:
             raise click.ClickException(f"no chat {chat_id!r} in {data_dir}; `stbme stats` lists the chats")
         chats = [chat_id] if chat_id else known
         for chat in chats:
-            bar = _Bar(f"Indexing {chat[:40]}")
+            bar = ProgressBar(f"Indexing {chat[:40]}")
             try:
-                result = await sc.reindex(chat, progress=bar)
+                result = await svc.embedding.reindex(chat, progress=bar)
             finally:
                 bar.close()
             click.echo(f"{chat}: {result['indexed']} memories indexed", err=True)
         return len(chats)
 
-    count = _run(data_dir, go)
+    count = run(data_dir, go)
     if not count:
         click.echo("no chats yet", err=True)
 
 
-@main.command()
+@click.command()
 @click.option("--markdown", is_flag=True, help="Print docs/settings.md.")
 def settings(markdown):
     """List every setting with its default and meaning."""
@@ -226,14 +180,3 @@ def settings_markdown() -> str:
         lines.append(f"| `{s.name}` | {s.type} | `{default}` | {rng} | {'yes' if s.per_chat else ''} | "
                      f"{s.help}{' (restart)' if s.restart else ''} |")
     return "\n".join(lines) + "\n"
-
-
-# The DNA layer's commands (`stbme dna ...`, `stbme hub`); imported last: they use this module's helpers.
-from .dna.cli import dna_group, hub_command  # noqa: E402
-
-main.add_command(dna_group)
-main.add_command(hub_command)
-
-
-if __name__ == "__main__":  # python -m stbme.cli
-    main()

@@ -1,7 +1,8 @@
 """BM25 over memory texts, CJK-aware: Latin words, CJK bigrams (Chinese has no spaces).
 
-One in-memory inverted index per chat, updated in place on every node change and rebuilt from
-the store on first use. Scoring is vectorised with numpy over the posting lists of the query terms.
+One in-memory inverted index per chat (LexicalCache), saved beside the HNSW index, reconciled with the
+store on load and updated in place after every write. Scoring is vectorised with numpy over the posting
+lists of the query terms.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import numpy as np
 import orjson
 
 from ..graph.model import node_text
-from ..hashing import chat_file_key
 from ..store import Store
 from ..store.queries import nodes_by_ids
+from .cache import PerChatCache
 
 log = logging.getLogger("stbme.lexical")
 K1 = 1.2
@@ -78,13 +79,20 @@ class LexicalIndex:
         self.live = 0
         self.total_length = 0
         self.rev_of: dict[str, int] = {}   # node revision indexed, to reconcile a saved index with the store
+        self.text_key: dict[str, int] = {}  # hash of the indexed text (this process): unchanged text is not re-added
 
     def __len__(self) -> int:
         return self.live
 
     def upsert(self, node_id: str, text: str, rev: int = 0) -> None:
+        """Index a node's text. The same text again only records the new revision (no dead slot)."""
+        key = hash(text)
+        if self.text_key.get(node_id) == key:
+            self.rev_of[node_id] = rev
+            return
         self.remove(node_id)
         self.rev_of[node_id] = rev
+        self.text_key[node_id] = key
         counts = Counter(tokenize(text))
         slot = len(self.node_of)
         self.node_of.append(node_id)
@@ -104,6 +112,7 @@ class LexicalIndex:
     def remove(self, node_id: str) -> None:
         slot = self.slot_of.pop(node_id, None)
         self.rev_of.pop(node_id, None)
+        self.text_key.pop(node_id, None)
         if slot is None:
             return
         self.active[slot] = False
@@ -208,37 +217,27 @@ def _doc_text(row) -> str:
     return node_text(fields) + (" " + " ".join(tags) if tags else "")
 
 
-class LexicalIndexes:
+class LexicalCache(PerChatCache[LexicalIndex]):
     """One LexicalIndex per chat: loaded from its saved file and reconciled with the store (or built from
     the store) on first use, kept in step by apply(), saved in the background like the HNSW index."""
 
     def __init__(self, store: Store, directory: Path | None = None):
-        self.store = store
-        self.directory = directory
-        self._indexes: dict[str, LexicalIndex] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._dirty: set[str] = set()
+        super().__init__(store, directory)
         # Saving serialises in a thread while apply() may run on the loop: they take turns.
         self._save_lock = threading.Lock()
 
     def path(self, chat_id: str) -> Path | None:
-        return self.directory / f"{chat_file_key(chat_id)}.lex.json" if self.directory else None
+        base = self.file_base(chat_id)
+        return base.with_name(base.name + ".lex.json") if base is not None else None
 
-    async def get(self, chat_id: str) -> LexicalIndex:
-        index = self._indexes.get(chat_id)
-        if index is not None:
-            return index
-        async with self._locks.setdefault(chat_id, asyncio.Lock()):
-            index = self._indexes.get(chat_id)
-            if index is None:
-                index = await self._load(chat_id)
-            if index is None:
-                # Built on the reader thread straight from the cursor: 100k rows are never all in memory.
-                index = await self.store.read(lambda conn: self._build(conn.execute(
-                    f"SELECT {_LEXICAL_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0", (chat_id,))))
-                self._dirty.add(chat_id)
-            self._indexes[chat_id] = index
-            return index
+    async def _load_or_build(self, chat_id: str) -> LexicalIndex:
+        index = await self._load(chat_id)
+        if index is None:
+            # Built on the reader thread straight from the cursor: 100k rows are never all in memory.
+            index = await self.store.read(lambda conn: self._build(conn.execute(
+                f"SELECT {_LEXICAL_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0", (chat_id,))))
+            self.mark_dirty(chat_id)
+        return index
 
     async def _load(self, chat_id: str) -> LexicalIndex | None:
         """The saved index brought in line with the store, or None (missing, damaged, old format)."""
@@ -260,29 +259,8 @@ class LexicalIndexes:
                     lambda conn: nodes_by_ids(conn, chat_id, stale, columns=_LEXICAL_COLUMNS)):
                 index.upsert(row["id"], _doc_text(row), row["rev"])
         if stale or len(index) != len(current):
-            self._dirty.add(chat_id)
+            self.mark_dirty(chat_id)
         return index
-
-    async def save_dirty(self) -> int:
-        """Write the changed indexes (atomically: temp file, then rename)."""
-        saved = 0
-        for chat_id in list(self._dirty):
-            self._dirty.discard(chat_id)
-            index, path = self._indexes.get(chat_id), self.path(chat_id)
-            if index is None or path is None:
-                continue
-
-            def write(index=index, path=path):
-                with self._save_lock:
-                    data = index.to_bytes()
-                tmp = path.with_name(path.name + ".tmp")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
-
-            await asyncio.to_thread(write)
-            saved += 1
-        return saved
 
     @staticmethod
     def _build(rows) -> LexicalIndex:
@@ -291,17 +269,7 @@ class LexicalIndexes:
             index.upsert(row["id"], _doc_text(row), row["rev"])
         return index
 
-    async def apply(self, chat_id: str, node_ids) -> None:
-        lock = self._locks.get(chat_id)
-        if lock is not None and lock.locked():
-            # A load or build is reading an older snapshot: let it finish, then apply on top of it,
-            # or these changes would be lost from the index.
-            async with lock:
-                pass
-        index = self._indexes.get(chat_id)
-        if index is None or not node_ids:
-            return
-        node_ids = list(node_ids)
+    async def _apply(self, chat_id: str, index: LexicalIndex, node_ids: list[str]) -> None:
         rows = {r["id"]: r for r in await self.store.read(
             lambda conn: nodes_by_ids(conn, chat_id, node_ids, columns=_LEXICAL_COLUMNS))}
         with self._save_lock:
@@ -311,11 +279,16 @@ class LexicalIndexes:
                     index.remove(node_id)
                 else:
                     index.upsert(node_id, _doc_text(row), row["rev"])
-        self._dirty.add(chat_id)
 
-    def drop(self, chat_id: str) -> None:
-        self._indexes.pop(chat_id, None)
-        self._dirty.discard(chat_id)
+    def _save(self, chat_id: str, index: LexicalIndex) -> None:
+        """Atomically: temp file, then rename."""
         path = self.path(chat_id)
-        if path is not None:
-            path.unlink(missing_ok=True)
+        with self._save_lock:
+            data = index.to_bytes()
+        tmp = path.with_name(path.name + ".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def _delete_files(self, chat_id: str) -> None:
+        self.path(chat_id).unlink(missing_ok=True)

@@ -1,110 +1,98 @@
-"""HTTP routes of the DNA layer (documented in docs/api.md, "DNA Memory"). Thin handlers over DnaService."""
+"""HTTP routes of the DNA layer (documented in docs/api.md, "DNA Memory"): thin handlers over the DNA
+use cases (dynamics, repair loops, signals), the GEP assets and the hub client."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from ..app import _int_query, json_response, read_json, sidecar_key
 from ..errors import BadRequest
-from ..sidecar import check_chat_id
-from .service import DnaService
+from .bodies import parse_signals, parse_text
+from .keys import services
+from .requests import chat_id as _chat
+from .requests import choice_query, float_query, int_query, json_response, optional_chat_id, read_json
 
 
-def _dna(request: web.Request) -> DnaService:
-    return request.app[sidecar_key].dna
+def _dna(request: web.Request):
+    return services(request).dna
 
 
-def _chat(request: web.Request) -> str:
-    return check_chat_id(request.match_info["chat_id"])
+def _assets(request: web.Request):
+    return services(request).dna_assets
 
 
 def _since(request: web.Request) -> float | None:
-    raw = request.query.get("since")
-    if raw is None:
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise BadRequest("query parameter 'since' must be a unix time in seconds", field="since") from None
+    return float_query(request, "since", "a unix time in seconds")
 
 
 async def list_genes(request):
-    return json_response({"genes": await _dna(request).list_genes()})
+    return json_response({"genes": await _assets(request).list_genes()})
 
 
 async def create_gene(request):
-    return json_response({"gene": await _dna(request).create_gene(await read_json(request))}, 201)
+    return json_response({"gene": await _assets(request).create_gene(await read_json(request))}, 201)
 
 
 async def get_gene(request):
-    return json_response({"gene": await _dna(request).get_gene(request.match_info["gene_id"])})
+    return json_response({"gene": await _assets(request).get_gene(request.match_info["gene_id"])})
 
 
 async def edit_gene(request):
-    return json_response({"gene": await _dna(request).edit_gene(request.match_info["gene_id"],
+    return json_response({"gene": await _assets(request).edit_gene(request.match_info["gene_id"],
                                                                 await read_json(request))})
 
 
 async def delete_gene(request):
-    return json_response(await _dna(request).delete_gene(request.match_info["gene_id"]))
+    return json_response(await _assets(request).delete_gene(request.match_info["gene_id"]))
 
 
 async def select_gene(request):
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise BadRequest("send {\"signals\": [{type, content}]}", field="signals")
-    return json_response(await _dna(request).select_gene(body.get("signals")))
+    return json_response(await _assets(request).select_gene(parse_signals(await read_json(request))))
 
 
 async def list_capsules(request):
-    return json_response({"capsules": await _dna(request).list_capsules()})
+    return json_response({"capsules": await _assets(request).list_capsules()})
 
 
 async def create_capsule(request):
-    return json_response({"capsule": await _dna(request).create_capsule(await read_json(request))}, 201)
+    return json_response({"capsule": await _assets(request).create_capsule(await read_json(request))}, 201)
 
 
 async def get_capsule(request):
-    return json_response({"capsule": await _dna(request).get_capsule(request.match_info["capsule_id"])})
+    return json_response({"capsule": await _assets(request).get_capsule(request.match_info["capsule_id"])})
 
 
 async def edit_capsule(request):
-    return json_response({"capsule": await _dna(request).edit_capsule(request.match_info["capsule_id"],
+    return json_response({"capsule": await _assets(request).edit_capsule(request.match_info["capsule_id"],
                                                                       await read_json(request))})
 
 
 async def delete_capsule(request):
-    return json_response(await _dna(request).delete_capsule(request.match_info["capsule_id"]))
+    return json_response(await _assets(request).delete_capsule(request.match_info["capsule_id"]))
 
 
 def _event_filters(request) -> dict:
-    chat = request.query.get("chat_id")
-    return {"chat_id": check_chat_id(chat) if chat is not None else None,
-            "kind": request.query.get("kind") or None, "since": _since(request)}
+    return {"chat_id": optional_chat_id(request), "kind": request.query.get("kind") or None,
+            "since": _since(request)}
 
 
 async def list_events(request):
-    return json_response({"events": await _dna(request).events(
-        **_event_filters(request), limit=_int_query(request, "limit", 100, 1, 10000))})
+    return json_response({"events": await _assets(request).events(
+        **_event_filters(request), limit=int_query(request, "limit", 100, 1, 10000))})
 
 
 async def export_events(request):
-    body = await _dna(request).export_events(**_event_filters(request))
+    body = await _assets(request).export_events(**_event_filters(request))
     return web.Response(body=body, content_type="application/x-ndjson",
                         headers={"Content-Disposition": 'attachment; filename="stbme-events.jsonl"'})
 
 
 def _status(request) -> str | None:
-    status = request.query.get("status", "open")
-    if status not in ("open", "resolved", "all"):
-        raise BadRequest("'status' must be open, resolved or all", field="status")
+    status = choice_query(request, "status", "open", ("open", "resolved", "all"))
     return None if status == "all" else status
 
 
 async def list_loops(request):
-    chat = request.query.get("chat_id")
-    return json_response({"repair_loops": await _dna(request).list_loops(
-        check_chat_id(chat) if chat is not None else None, _status(request))})
+    return json_response({"repair_loops": await _dna(request).list_loops(optional_chat_id(request), _status(request))})
 
 
 async def chat_loops(request):
@@ -117,8 +105,7 @@ async def resolve_loop(request):
 
 
 async def dna_stats(request):
-    dna = _dna(request)
-    return json_response({"stats": await dna.global_stats(), "hub": dna.hub.status()})
+    return json_response({"stats": await _dna(request).global_stats(), "hub": services(request).hub.status()})
 
 
 async def chat_stats(request):
@@ -134,24 +121,21 @@ async def reflect(request):
 
 
 async def signals(request):
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise BadRequest("send {\"text\": \"a user message\"}", field="text")
-    chat = request.query.get("chat_id")
-    return json_response(_dna(request).preview_signals(body.get("text"), check_chat_id(chat) if chat else None))
+    text = parse_text(await read_json(request), max_chars=services(request).settings["server.max_message_chars"])
+    return json_response(_dna(request).preview_signals(text, optional_chat_id(request)))
 
 
 async def hub_status(request):
-    return json_response({"hub": _dna(request).hub.status()})
+    return json_response({"hub": services(request).hub.status()})
 
 
 async def hub_heartbeat(request):
-    return json_response({"hub": await _dna(request).hub.heartbeat_once()})
+    return json_response({"hub": await services(request).hub.heartbeat_once()})
 
 
 async def hub_publish(request):
     kind, asset_id = request.match_info["kind"], request.match_info["asset_id"]
-    hub = _dna(request).hub
+    hub = services(request).hub
     if kind == "genes":
         return json_response(await hub.publish_gene(asset_id))
     if kind == "capsules":
@@ -161,7 +145,7 @@ async def hub_publish(request):
 
 async def hub_fetch(request):
     kind, asset_id = request.match_info["kind"], request.match_info["asset_id"]
-    hub = _dna(request).hub
+    hub = services(request).hub
     if kind == "genes":
         return json_response({"gene": await hub.fetch_gene(asset_id)})
     if kind == "capsules":

@@ -1,33 +1,26 @@
 """The DNA scheduler: decay and reflection on the configured intervals, per chat, only when something
-changed. Started by the Sidecar beside its other housekeeping tasks; `run_due(now)` is one tick."""
+changed. Started beside the other background tasks; `run_due(now)` is one tick."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
+from .. import config
+from ..dna import dynamics
 from ..errors import StbmeError
-
-if TYPE_CHECKING:
-    from .service import DnaService
+from ..store import Store
+from .dna import DnaMemory
 
 log = logging.getLogger("stbme.dna")
 TICK_S = 60.0
 
 
-def _chat_rows(conn):
-    return [dict(r) for r in conn.execute(
-        "SELECT c.chat_id, c.updated_at, c.node_rev, s.last_decay_at, s.last_reflect_at, s.reflect_rev,"
-        " (SELECT max(last_access) FROM nodes n WHERE n.chat_id = c.chat_id) AS last_access,"
-        " (SELECT count(*) FROM nodes n WHERE n.chat_id = c.chat_id AND n.archived = 0 AND"
-        "  n.created_at > coalesce(s.last_reflect_at, 0)) AS new_nodes"
-        " FROM chats c LEFT JOIN dna_state s ON s.chat_id = c.chat_id ORDER BY c.chat_id")]
-
-
 class DnaScheduler:
-    def __init__(self, service: "DnaService", tick_s: float = TICK_S):
-        self.service = service
+    def __init__(self, store: Store, settings: config.Settings, dna: DnaMemory, tick_s: float = TICK_S):
+        self.store = store
+        self.settings = settings
+        self.service = dna
         self.tick_s = tick_s
 
     async def run(self) -> None:
@@ -44,11 +37,10 @@ class DnaScheduler:
 
     async def run_due(self, now: float) -> dict[str, list[str]]:
         """Run every pass that is due at `now`. Returns the chats decayed and reflected."""
-        sc = self.service.sidecar
         done: dict[str, list[str]] = {"decayed": [], "reflected": []}
-        for row in await sc.store.read(_chat_rows):
+        for row in await self.store.read(dynamics.schedule_rows):
             chat = row["chat_id"]
-            setting = sc.chat_setting(chat)
+            setting = lambda name, chat=chat: self.settings.get(name, chat)  # noqa: E731
             if setting("dna.auto_decay"):
                 interval = setting("dna.auto_decay_interval_hours") * 3600
                 last = row["last_decay_at"]

@@ -1,0 +1,63 @@
+"""The aiohttp application of the sidecar: middlewares, routes, the live sockets, and the lifecycle that
+starts and closes the services."""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSCloseCode, web
+
+from ..embed import Embedder
+from ..errors import StbmeError
+from ..live import PollSessions
+from ..services import Services
+from .dna_routes import setup_dna_routes
+from .keys import polls_key, services_key, sockets_key, token_key
+from .live_routes import setup_live_routes
+from .middleware import auth_middleware, cors_middleware, error_middleware, is_loopback
+from .routes import setup_routes
+
+DEFAULT_PORT = 8765
+__all__ = ["DEFAULT_PORT", "create_app", "services_key"]
+
+
+def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", token: str | None = None,
+               embedder: Embedder | None = None, cli_settings: dict[str, Any] | None = None,
+               services: Services | None = None) -> web.Application:
+    """The application over a data directory (or over `services` already opened). Binding anywhere but
+    loopback requires a token."""
+    if not is_loopback(host) and not token:
+        raise StbmeError(f"binding to {host} exposes your chats to the network: set an API token with "
+                         "--token or STBME_TOKEN (the extension then sends it)", status=500)
+    svc = services or Services.open(data_dir, embedder=embedder, cli_settings=cli_settings)
+    app = web.Application(
+        middlewares=[cors_middleware(lambda: svc.settings["server.cors_origins"]), error_middleware,
+                     auth_middleware(token or "", query_token_paths=("/v1/ws",))],
+        client_max_size=svc.settings["server.max_body_bytes"],
+    )
+    app[services_key] = svc
+    app[token_key] = token or ""
+    app[sockets_key] = weakref.WeakSet()
+    polls = app[polls_key] = PollSessions(svc.live)
+    polls.on_close.append(lambda s: s.relay_peer is not None and svc.relay.detach(s.relay_peer))
+    setup_routes(app)
+    setup_live_routes(app)
+    setup_dna_routes(app)
+
+    async def lifecycle(app: web.Application):
+        await svc.start()
+        yield
+        await svc.close()
+
+    async def close_sockets(app: web.Application):
+        # on_shutdown runs before the server waits for running handlers; a live socket would hold
+        # the shutdown until its timeout if it were closed only in the cleanup.
+        for ws in list(app[sockets_key]):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"sidecar shutting down")
+        app[polls_key].close_all()  # waiting long-polls return at once
+
+    app.cleanup_ctx.append(lifecycle)
+    app.on_shutdown.append(close_sockets)
+    return app

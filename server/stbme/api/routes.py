@@ -1,0 +1,144 @@
+"""The main routes (docs/api.md): health, settings, chats, sync, recall, memories, edges, import/export,
+reindex. Handlers parse the request, call one use case, and answer JSON."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from .. import config
+from .bodies import parse_memory_edit, parse_new_memory, parse_recall, parse_settings, parse_sync_request
+from .keys import services as _svc
+from .requests import chat_id, choice_query, int_query, json_response, read_json
+
+
+def _max_chars(request: web.Request) -> int:
+    return _svc(request).settings["server.max_message_chars"]
+
+
+async def health(request):
+    return json_response(await _svc(request).health.report())
+
+
+async def get_settings(request):
+    return json_response({"settings": _svc(request).settings.all()})
+
+
+async def put_settings(request):
+    updates = parse_settings(await read_json(request))
+    return json_response({"settings": await _svc(request).settings_service.update_global(updates)})
+
+
+async def settings_schema(request):
+    return json_response({"settings": [s.as_schema() for s in config.SETTINGS]})
+
+
+async def get_chat_settings(request):
+    svc, chat = _svc(request), chat_id(request)
+    return json_response({"settings": svc.settings.all(chat), "overrides": svc.settings.overrides(chat)})
+
+
+async def put_chat_settings(request):
+    svc, chat = _svc(request), chat_id(request)
+    updates = parse_settings(await read_json(request))
+    settings = await svc.settings_service.update_chat(chat, updates)
+    return json_response({"settings": settings, "overrides": svc.settings.overrides(chat)})
+
+
+async def list_chats(request):
+    return json_response({"chats": await _svc(request).chats.list()})
+
+
+async def delete_chat(request):
+    return json_response(await _svc(request).chats.delete(chat_id(request)))
+
+
+async def chat_status(request):
+    return json_response(await _svc(request).chats.status(chat_id(request)))
+
+
+async def sync(request):
+    svc, chat = _svc(request), chat_id(request)
+    req = parse_sync_request(await read_json(request), max_messages=svc.settings["server.max_sync_messages"],
+                             max_chars=_max_chars(request))
+    return json_response(await svc.sync.sync(chat, req))
+
+
+async def recall(request):
+    chat = chat_id(request)
+    req = parse_recall(await read_json(request), max_chars=_max_chars(request))
+    return json_response(await _svc(request).recall.recall(chat, req))
+
+
+async def list_nodes(request):
+    archived = choice_query(request, "archived", "false", ("true", "false", "all"))
+    return json_response(await _svc(request).memories.list(
+        chat_id(request), offset=int_query(request, "offset", 0, 0, 10**9),
+        limit=int_query(request, "limit", 50, 1, 500), type_=request.query.get("type") or None,
+        contains=request.query.get("q") or None, archived=None if archived == "all" else archived == "true"))
+
+
+async def create_node(request):
+    chat = chat_id(request)
+    memory = parse_new_memory(await read_json(request), max_chars=_max_chars(request))
+    return json_response({"node": await _svc(request).memories.create(chat, memory)})
+
+
+async def get_node(request):
+    return json_response({"node": await _svc(request).memories.get(chat_id(request), request.match_info["node_id"])})
+
+
+async def edit_node(request):
+    chat = chat_id(request)
+    edit = parse_memory_edit(await read_json(request), max_chars=_max_chars(request))
+    return json_response({"node": await _svc(request).memories.edit(chat, request.match_info["node_id"], edit)})
+
+
+async def node_action(request):
+    return json_response({"node": await _svc(request).memories.act(
+        chat_id(request), request.match_info["node_id"], request.match_info["action"])})
+
+
+async def list_edges(request):
+    return json_response({"edges": await _svc(request).memories.edges(chat_id(request), request.query.get("node"))})
+
+
+async def export_chat(request):
+    doc = await _svc(request).transfer.export_chat(chat_id(request))
+    return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
+
+async def import_chat(request):
+    chat = chat_id(request)
+    mode = request.query.get("mode", "merge")
+    return json_response(await _svc(request).transfer.import_chat(chat, await read_json(request), mode))
+
+
+async def reindex(request):
+    """Queue a rebuild of the chat's index: the worker runs it and reports progress on the live channel."""
+    return json_response({"job_id": await _svc(request).chats.queue_reindex(chat_id(request))})
+
+
+def setup_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/health", health)
+    r.add_get("/v1/settings", get_settings)
+    r.add_put("/v1/settings", put_settings)
+    r.add_get("/v1/settings/schema", settings_schema)
+    r.add_get("/v1/chats", list_chats)
+    chat = "/v1/chats/{chat_id}"
+    r.add_delete(chat, delete_chat)
+    r.add_get(chat + "/status", chat_status)
+    r.add_get(chat + "/settings", get_chat_settings)
+    r.add_put(chat + "/settings", put_chat_settings)
+    r.add_post(chat + "/sync", sync)
+    r.add_post(chat + "/recall", recall)
+    r.add_get(chat + "/nodes", list_nodes)
+    r.add_post(chat + "/nodes", create_node)
+    r.add_get(chat + "/nodes/{node_id}", get_node)
+    r.add_patch(chat + "/nodes/{node_id}", edit_node)
+    r.add_post(chat + "/nodes/{node_id}/{action}", node_action)
+    r.add_get(chat + "/edges", list_edges)
+    r.add_get(chat + "/export", export_chat)
+    r.add_post(chat + "/import", import_chat)
+    r.add_post(chat + "/reindex", reindex)

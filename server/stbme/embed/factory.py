@@ -1,0 +1,20 @@
+"""Build the embedder the settings ask for."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .base import Embedder
+
+
+def make_embedder(setting: Callable[[str], object]) -> Embedder:
+    """`embed.provider`: the bundled local model, or an OpenAI-compatible /v1/embeddings API."""
+    if setting("embed.provider") == "openai":
+        from .openai import OpenAIEmbedder  # only then: it pulls in the HTTP client
+
+        return OpenAIEmbedder(setting("embed.openai_url"), setting("embed.openai_model"), setting("embed.openai_key"),
+                              batch_size=setting("embed.batch_size"), timeout_s=setting("embed.timeout_s"),
+                              retries=setting("embed.retries"))
+    from .local import LocalEmbedder
+
+    return LocalEmbedder(batch_size=setting("embed.batch_size"))

@@ -1,0 +1,66 @@
+"""The chats the sidecar knows: list, status, delete."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..embed import EmbeddingService
+from ..errors import NotFound
+from ..index import ChatIndexes
+from ..store import Store
+from ..store.jobs import chat_jobs, enqueue_job, JobKind
+from ..store.queries import (count_active_nodes, count_unembedded, delete_chat_rows, list_chats, message_count,
+                             require_chat)
+
+
+class Chats:
+    def __init__(self, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes,
+                 wake_worker: Callable[[], None]):
+        self.store = store
+        self.embeddings = embeddings
+        self.indexes = indexes
+        self.wake_worker = wake_worker
+        self.on_delete: list[Callable[[str], None]] = []  # in-memory state to forget with a chat
+
+    async def list(self) -> list[dict]:
+        return await self.store.read(list_chats)
+
+    async def status(self, chat_id: str) -> dict:
+        embedder_id = self.embeddings.id
+
+        def read(conn):
+            chat = require_chat(conn, chat_id)
+            return {
+                "chat_id": chat_id,
+                "messages": message_count(conn, chat_id),
+                "nodes": count_active_nodes(conn, chat_id),
+                "unembedded": count_unembedded(conn, chat_id, embedder_id),
+                "processed_upto": chat["processed_upto"],
+                "degraded_from": chat["degraded_from"],
+                "jobs": chat_jobs(conn, chat_id),
+            }
+
+        status = await self.store.read(read)
+        index = self.indexes.vectors.loaded(chat_id)
+        status["index"] = {"count": len(index) if index else None, "embedder": embedder_id,
+                           "loaded": index is not None}
+        return status
+
+    async def delete(self, chat_id: str) -> dict:
+        counts = await self.store.write(lambda conn: delete_chat_rows(conn, chat_id))
+        if not counts["chats"]:
+            raise NotFound(f"no chat {chat_id!r}", field="chat_id")
+        self.indexes.drop(chat_id)
+        for forget in self.on_delete:
+            forget(chat_id)
+        return {"deleted": {"messages": counts["messages"], "nodes": counts["nodes"], "edges": counts["edges"]}}
+
+    async def queue_reindex(self, chat_id: str) -> int:
+        """Queue a rebuild of the chat's indexes; the worker runs it and reports progress."""
+        def queue(conn):
+            require_chat(conn, chat_id)
+            return enqueue_job(conn, chat_id, JobKind.REINDEX)
+
+        job_id = await self.store.write(queue)
+        self.wake_worker()
+        return job_id

@@ -1,0 +1,123 @@
+"""Turning a chat's pending messages into memories, batch by batch, and redoing the batches made while
+the LLM was down once it answers again."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from .. import config
+from ..dna.stage import SignalStage
+from ..embed import EmbeddingService
+from ..live import LiveHub
+from ..llm.base import LLMClient
+from ..pipeline.batch import BatchRunner, Stage
+from ..pipeline.dedupe import DedupeStage
+from ..pipeline.evolve import EvolveStage
+from ..pipeline.extract import ExtractStage
+from ..pipeline.heuristic import HeuristicStage
+from ..pipeline.maintain import MaintainStage
+from ..pipeline.sync import undo_memories_from
+from ..store import Store
+from ..store.jobs import queue_degraded_chats, requeue_parked
+from ..store.queries import chat_row
+from .embedding import Embedding
+from .memory_llm import MemoryLLM
+
+
+def default_stages(*, llm_mode: str, store: Store, embeddings: EmbeddingService, llm: LLMClient,
+                   live: LiveHub) -> list[Stage]:
+    """The batch pipeline's stages, in order (pipeline/batch.py has the contract)."""
+    # DNA signals first: directive memories from the user steering the story (every LLM mode).
+    stages: list[Stage] = [SignalStage(store=store, embeddings=embeddings), HeuristicStage()]
+    if llm_mode != "none":
+        # The heuristic per-message events stay as the raw episodic layer; the LLM adds structure on top.
+        tools = dict(store=store, embeddings=embeddings, llm=llm, live=live)
+        stages += [ExtractStage(**tools), DedupeStage(**tools), EvolveStage(**tools), MaintainStage(**tools)]
+    return stages
+
+
+class ChatProcessor:
+    def __init__(self, store: Store, settings: config.Settings, embedding: Embedding, memory_llm: MemoryLLM,
+                 live: LiveHub, wake_worker: Callable[[], None]):
+        self.store = store
+        self.settings = settings
+        self.embedding = embedding
+        self.memory_llm = memory_llm
+        self.live = live
+        self.wake_worker = wake_worker
+        self.runner = BatchRunner(store, settings, index_changes=embedding.index_changes,
+                                  llm_health=memory_llm.health, live=live)
+        self._stages: tuple[object, list[Stage]] | None = None
+
+    def stages(self) -> list[Stage]:
+        """The stage list for the current LLM client (rebuilt when it was swapped)."""
+        client = self.memory_llm.client
+        if self._stages is None or self._stages[0] is not client:
+            self._stages = (client, default_stages(llm_mode=self.memory_llm.mode, store=self.store,
+                                                   embeddings=self.embedding.embeddings, llm=client, live=self.live))
+        return self._stages[1]
+
+    async def process_chat(self, chat_id: str) -> int:
+        """Turn every pending message of the chat into memories, batch by batch. Returns batches run."""
+        batches = 0
+        started = time.monotonic()
+        redo_tried = False
+        while True:
+            ctx = await self.runner.run_next(chat_id, self.stages())
+            if ctx is None:
+                if not redo_tried and await self._redo_degraded(chat_id):
+                    redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
+                    continue
+                # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
+                # so the job is retried with backoff, then parked with its error).
+                await self.embedding.embed_pending(chat_id)
+                return batches
+            batches += 1
+            self.live.progress("extract", chat_id, ctx.end + 1, ctx.total_messages, started)
+
+    async def _redo_degraded(self, chat_id: str) -> bool:
+        """Batches made while the LLM was down are undone (exactly, from the journal) and processed
+        again, now that it may answer. True if there was something to redo."""
+        if self.settings.get("llm.mode", chat_id) == "none" or self.memory_llm.health.down():
+            return False
+
+        def undo(conn):
+            row = chat_row(conn, chat_id)
+            if row is None or row["degraded_from"] is None:
+                return None
+            result, _ = undo_memories_from(conn, chat_id, row["degraded_from"], reason="redo without LLM")
+            return row["degraded_from"], result.touched_nodes
+
+        undone = await self.store.write(undo)
+        if undone is None:
+            return False
+        start, touched = undone
+        await self.embedding.indexes.apply(chat_id, touched)
+        self.live.notice("info", f"the memory LLM answers again: redoing memories from message {start}", chat_id)
+        return True
+
+    async def wake_degraded(self) -> None:
+        """When the LLM's retry time has come, queue the chats with batches made without it."""
+        if self.memory_llm.health.down() or self.settings["llm.mode"] == "none":
+            return
+        if await self.store.write(queue_degraded_chats):
+            self.wake_worker()
+
+    def resume_parked(self) -> None:
+        """Jobs parked by a dead LLM run again, and batches made without it are redone: on a new LLM
+        configuration, or when the extension (the relay) connects."""
+        self.memory_llm.health.reset()
+
+        def requeue(conn):
+            requeue_parked(conn)
+            queue_degraded_chats(conn)
+
+        self.store.write_nowait(requeue)
+        self.wake_worker()
+
+    async def on_settings(self, saved: dict, previous: dict) -> None:
+        """Settings listener: new llm.* settings swap the client and resume parked work."""
+        if any(k.startswith("llm.") for k in saved):
+            await self.memory_llm.reconfigure()
+            self.resume_parked()
