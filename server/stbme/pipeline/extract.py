@@ -24,6 +24,7 @@ import orjson
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, field_text, new_id, node_from_row
 from ..graph.schema import NODE_TYPES, RELATIONS, Strength
+from ..patterns import matches, split_patterns
 from ..store.events import record_event
 from ..tokens import truncate_to_tokens
 from .batch import BatchContext, batch_end
@@ -62,14 +63,8 @@ def smart_score(messages: list[Message], patterns: str) -> int:
     text = "\n".join(m.text for m in messages if m.role != "system")
     low = text.lower()
     score = min(2, sum(1 for w in TURN_WORDS if w in low))
-    for pattern in re.split(r"[,\n]", patterns or ""):
-        if pattern.strip():
-            try:
-                if re.search(pattern.strip(), text, re.I):
-                    score += 2
-                    break
-            except re.error:
-                continue
+    if any(matches(pattern, text) for pattern in split_patterns(patterns or "")):  # RE2: no backtracking blow-up
+        score += 2
     roles = [m.role for m in messages if m.role != "system"]
     if sum(1 for a, b in zip(roles, roles[1:]) if a != b) >= 2:
         score += 1
