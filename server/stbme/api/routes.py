@@ -9,6 +9,8 @@ from aiohttp import web
 from .. import config
 from .bodies import parse_memory_edit, parse_new_memory, parse_recall, parse_settings, parse_sync_request
 from .keys import services as _svc
+from .keys import token_key
+from .middleware import is_authorised
 from .requests import chat_id, choice_query, int_query, json_response, read_json
 
 
@@ -17,11 +19,19 @@ def _max_chars(request: web.Request) -> int:
 
 
 async def health(request):
-    return json_response(await _svc(request).health.report())
+    """Open without the token (the extension's connection check); the store's path on disk and the stored
+    settings set aside only for an authorised request."""
+    svc, report = _svc(request), await _svc(request).health.report()
+    authorised = is_authorised(request, request.app[token_key])
+    if not authorised:
+        report["store"]["path"] = None
+    report["settings_degraded"] = [d.to_json() for d in svc.settings.degraded] if authorised else []
+    return json_response(report)
 
 
 async def get_settings(request):
-    return json_response({"settings": _svc(request).settings.all()})
+    svc = _svc(request)
+    return json_response({"settings": svc.settings.all(), "degraded": [d.to_json() for d in svc.settings.degraded]})
 
 
 async def put_settings(request):
@@ -66,7 +76,8 @@ async def sync(request):
 
 async def recall(request):
     chat = chat_id(request)
-    req = parse_recall(await read_json(request), max_chars=_max_chars(request))
+    req = parse_recall(await read_json(request), max_chars=_max_chars(request),
+                       max_query_chars=_svc(request).settings["recall.max_query_chars"])
     return json_response(await _svc(request).recall.recall(chat, req))
 
 

@@ -19,6 +19,8 @@ from ..graph.schema import NODE_TYPES, normalize_relation
 FORMAT = "stbme-sidecar"
 FORMAT_VERSION = 1
 MAX_IMPORT_NODES = 200_000
+# Message indexes stored in SQLite INTEGER columns: beyond these an import is refused, not overflowed.
+MIN_SEQ, MAX_SEQ = -(2**31), 2**31 - 1
 
 
 @dataclasses.dataclass
@@ -63,13 +65,19 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _int(value: Any, field: str) -> int | None:
+    """A whole number (a message index), None for anything else; a 400 naming `field` when it is out of
+    the range SQLite and the chat can hold."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not MIN_SEQ <= value <= MAX_SEQ:
+        raise BadRequest(f"'{field}' is {value}, outside {MIN_SEQ}..{MAX_SEQ}", field=field)
+    return value
 
 
-def _range(value: Any) -> tuple[int | None, int | None]:
+def _range(value: Any, field: str) -> tuple[int | None, int | None]:
     """[a, b] of whole numbers (message indexes), else (None, None)."""
-    if isinstance(value, list) and len(value) == 2 and all(_int(x) is not None for x in value):
+    if isinstance(value, list) and len(value) == 2 and all(_int(x, field) is not None for x in value):
         return min(value), max(value)
     return None, None
 
@@ -130,8 +138,8 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
         if not fields:
             skipped.append(f"nodes[{i}]: no fields")
             continue
-        seq_from, seq_to = _range(raw.get("seqRange"))
-        if seq_from is None and _int(raw.get("seq")) is not None:
+        seq_from, seq_to = _range(raw.get("seqRange"), f"nodes[{i}].seqRange")
+        if seq_from is None and _int(raw.get("seq"), f"nodes[{i}].seq") is not None:
             seq_from = seq_to = raw["seq"]
         created = _seconds(raw.get("createdTime"), now)
         node = Node(
@@ -157,18 +165,19 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
     edges = _edges(_list(doc.get("edges")), id_map, chat_id, skipped, ("fromId", "toId"), now)
     # v9 summaries live outside the node list: keep the active ones as summary memories.
     summary_state = doc.get("summaryState") if isinstance(doc.get("summaryState"), dict) else {}
-    for entry in _list(summary_state.get("entries")):
+    for i, entry in enumerate(_list(summary_state.get("entries"))):
         if isinstance(entry, dict) and entry.get("status", "active") == "active" and entry.get("text"):
-            seq_from, seq_to = _range(entry.get("messageRange"))
+            seq_from, seq_to = _range(entry.get("messageRange"), f"summaryState.entries[{i}].messageRange")
             if seq_from is not None and seq_from < 0:  # ST-BME writes [-1, -1] for "unknown"
                 seq_from = seq_to = None
             level = int(_num(entry.get("level"), 0, 0, 100))
             nodes.append(Node(id=new_id("n"), chat_id=chat_id, type="summary",
                               fields={"summary": str(entry["text"]), "level": level},
                               seq_from=seq_from, seq_to=seq_to, importance=7.0, source="import"))
-    processed = _int(doc.get("lastProcessedSeq"))
+    processed = _int(doc.get("lastProcessedSeq"), "lastProcessedSeq")
     if processed is None and isinstance(doc.get("historyState"), dict):
-        processed = _int(doc["historyState"].get("lastProcessedAssistantFloor"))
+        processed = _int(doc["historyState"].get("lastProcessedAssistantFloor"),
+                         "historyState.lastProcessedAssistantFloor")
     return ImportedGraph(nodes, edges, skipped, processed)
 
 
@@ -211,7 +220,7 @@ def from_export(doc: dict, chat_id: str) -> ImportedGraph:
         if not fields:
             skipped.append(f"nodes[{i}]: no fields")
             continue
-        seq_from, seq_to = _range(raw.get("seq_range"))
+        seq_from, seq_to = _range(raw.get("seq_range"), f"nodes[{i}].seq_range")
         node = Node(
             id=new_id("n"), chat_id=chat_id, type=raw["type"], fields=fields,
             importance=_num(raw.get("importance"), 5, 0, 10), weight=_num(raw.get("weight"), 1, 0, 1),
