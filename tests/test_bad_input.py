@@ -16,6 +16,7 @@ from stbme.api.keys import services_key
 from stbme.errors import BadRequest
 from stbme.store import Store
 from stbme.store.settings import save_settings
+from stbme.tokens import count_tokens
 
 HUGE = [2**63, 2**64 - 1, 2**31, -(2**63) - 1]
 
@@ -197,16 +198,21 @@ async def test_only_the_end_of_a_long_recall_query_is_embedded_and_searched(aioh
     client = await aiohttp_client(create_app(tmp_path / "data", embedder=embedder))
     await full_sync(client, "c1", SILVER_KEY_CHAT)
     await settle(sc_of(client), "c1")
-    cap = sc_of(client).settings["recall.max_query_chars"]
+    cap = sc_of(client).settings["recall.max_query_tokens"]
     query = "lorem ipsum dolor " * 11_000 + "where is the silver key"
     recent = [{"role": "user", "name": "A", "text": "filler words " * 20_000}]
     embedder.queries.clear()
     data = await ok_json(await client.post(url("c1", "/recall"), json={"query": query, "recent": recent}))
-    assert embedder.queries and all(len(q) <= cap for q in embedder.queries)
+    assert embedder.queries and all(count_tokens(q) <= cap for q in embedder.queries)
     assert any(q.endswith("where is the silver key") for q in embedder.queries)
     assert any("silver key" in m["label"] for m in data["memories"])  # the end of the query still finds it
     too_long = "x" * (sc_of(client).settings["server.max_message_chars"] + 1)
     await assert_error(await client.post(url("c1", "/recall"), json={"query": too_long}), 400, "query")
+
+
+async def test_query_numbers_must_be_finite(client):
+    for since in ("nan", "inf", "-1e999", "soon"):
+        await assert_error(await client.get(f"/v1/dna/events?since={since}"), 400, "since")
 
 
 async def test_over_long_url_or_header_is_one_log_line(client, caplog):

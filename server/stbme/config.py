@@ -167,9 +167,9 @@ SETTINGS: tuple[Setting, ...] = (
     S("recall.duplicate_similarity", 0.97, "float",
       "A memory this similar (cosine) to a better-ranked one is left out as a near-duplicate.", min=0.5, max=1),
     S("recall.recent_turns", 2, "int", "Recent chat turns blended into the recall query.", min=0, max=20),
-    S("recall.max_query_chars", 4000, "int",
-      "Longest recall query (and recent turn) embedded and searched, in characters: the end of a longer one is "
-      "kept.", min=100, max=200000),
+    S("recall.max_query_tokens", 256, "int",
+      "Longest recall query (and recent turn) embedded and searched, in tokens: only the end of a longer one is "
+      "used (the embedding model's cost grows with its input, up to 512 tokens).", min=16, max=100000),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
     S("recall.language", "auto", "choice", "Language of the block's section headings.",

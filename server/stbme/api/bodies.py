@@ -10,6 +10,7 @@ from ..dna.assets import TRIGGER_TYPES
 from ..errors import BadRequest
 from ..graph.schema import NODE_TYPES
 from ..pipeline.sync import ROLES, Message, SyncRequest
+from ..tokens import last_tokens
 from ..usecases.memories import MemoryEdit, NewMemory
 from ..usecases.recall import RecallRequest
 
@@ -81,9 +82,9 @@ def parse_sync_request(body: Any, *, max_messages: int, max_chars: int) -> SyncR
     return SyncRequest(length, messages, anchors)
 
 
-def parse_recall(body: Any, *, max_chars: int, max_query_chars: int | None = None) -> RecallRequest:
+def parse_recall(body: Any, *, max_chars: int, max_query_tokens: int | None = None) -> RecallRequest:
     """{query, recent?, budget_tokens?, max_memories?}. The query and each recent text are cut to their
-    last `max_query_chars` (recall.max_query_chars): only that much is embedded and searched."""
+    last `max_query_tokens` (recall.max_query_tokens): only that much is embedded and searched."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object with 'query'")
     query = body.get("query", "")
@@ -99,9 +100,9 @@ def parse_recall(body: Any, *, max_chars: int, max_query_chars: int | None = Non
     for i, message in enumerate(recent):
         if message.get("text") is not None and not isinstance(message["text"], str):
             raise BadRequest(f"'recent[{i}].text' must be a string", field=f"recent[{i}].text")
-    if max_query_chars is not None:
-        query = query[-max_query_chars:]
-        recent = [{**m, "text": m["text"][-max_query_chars:]} if isinstance(m.get("text"), str) else m
+    if max_query_tokens is not None:
+        query = last_tokens(query, max_query_tokens)
+        recent = [{**m, "text": last_tokens(m["text"], max_query_tokens)} if isinstance(m.get("text"), str) else m
                   for m in recent]
     budget = config.setting("recall.budget_tokens").validate(body["budget_tokens"]) if "budget_tokens" in body else None
     limit = config.setting("recall.max_memories").validate(body["max_memories"]) if "max_memories" in body else None

@@ -77,7 +77,7 @@ async def sync(request):
 async def recall(request):
     chat = chat_id(request)
     req = parse_recall(await read_json(request), max_chars=_max_chars(request),
-                       max_query_chars=_svc(request).settings["recall.max_query_chars"])
+                       max_query_tokens=_svc(request).settings["recall.max_query_tokens"])
     return json_response(await _svc(request).recall.recall(chat, req))
 
 
