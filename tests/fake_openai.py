@@ -183,7 +183,10 @@ class FakeOpenAI:
         self.calls: list[dict] = []          # {"task", "body"} per completion request that reached the handler
         self.statuses: list[int] = []        # answer these HTTP statuses first, one per request
         self.garbage = 0                     # next N answers are not JSON
+        self.truncate = 0                    # next N answers are cut in half, finish_reason "length"
+        self.truncate_quietly = 0            # next N answers are cut in half, finish_reason "stop" (as a relay sees it)
         self.hang = False                    # never answer
+        self.hangs = 0                       # the next N requests never get an answer
         self.reject_json_mode = False        # 400 when response_format is sent
         self.fenced = False                  # wrap answers in ```json fences with chatter and a trailing comma
         self.overrides: dict[str, dict] = {}  # task -> fixed answer
@@ -201,7 +204,8 @@ class FakeOpenAI:
         self.calls.append({"task": task, "body": body})
         if self.before_answer is not None:
             await self.before_answer(task)
-        if self.hang:
+        if self.hang or self.hangs > 0:
+            self.hangs -= not self.hang
             await asyncio.sleep(3600)
         if self.statuses:
             status = self.statuses.pop(0)
@@ -213,14 +217,21 @@ class FakeOpenAI:
         user = body["messages"][1]["content"] if len(body["messages"]) > 1 else ""
         if self.garbage > 0 or task in self.garbage_tasks:
             self.garbage -= task not in self.garbage_tasks
-            content = "Sure! Here are the memories: {operations: [oops"
+            content = "Sure! Here are the memories: {operations: [oops]}"
         else:
             content = orjson.dumps(self.overrides.get(task) or answer(task, user)).decode()
             if self.fenced:
                 content = "Here you go:\n```json\n" + content[:-1] + ",}\n```\nHope it helps."
+        finish_reason = "stop"
+        if self.truncate > 0 or self.truncate_quietly > 0:
+            finish_reason = "length" if self.truncate > 0 else "stop"
+            self.truncate, self.truncate_quietly = (self.truncate - 1, self.truncate_quietly) if self.truncate > 0 \
+                else (self.truncate, self.truncate_quietly - 1)
+            content = content[:max(2, len(content) // 2)]
         return web.json_response({
             "id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model", "fake"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
 
     async def embeddings(self, request: web.Request) -> web.Response:

@@ -26,6 +26,6 @@ async def llm_sc(tmp_path, embedder, fake):
     """A sidecar in llm.mode=openai against the fake server, without its worker: tests run batches
     themselves (process_chat), so nothing races them."""
     sc = Services.open(tmp_path / "data", embedder=embedder, cli_settings=llm_settings(fake))
-    sc.memory_llm.client.backoff_s = 0.01
+    sc.memory_llm.client.http.backoff_s = 0.01  # retries without the real backoff
     yield sc
     await sc.close()

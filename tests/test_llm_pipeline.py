@@ -24,28 +24,31 @@ async def ingest(sc, chat_id: str, chat: list[dict]) -> dict:
     return await snapshot(sc, chat_id)
 
 
-async def snapshot(sc, chat_id: str) -> dict:
-    """Memories without ids and times (content, flags, edges by content), plus index consistency."""
-    def read(conn):
-        nodes = conn.execute("SELECT id, type, fields, seq_from, seq_to, archived, importance, pinned, locked, level,"
-                             " tags, source, embedding IS NOT NULL AS embedded FROM nodes WHERE chat_id = ?",
-                             (chat_id,)).fetchall()
-        edges = conn.execute("SELECT from_id, to_id, relation, strength, inhibitory, invalid_at IS NULL AS valid"
-                             " FROM edges WHERE chat_id = ?", (chat_id,)).fetchall()
-        upto = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()[0]
-        return nodes, edges, upto
-
-    nodes, edges, upto = await sc.store.read(read)
+def rows_snapshot(conn, chat_id: str) -> tuple[dict, set[str]]:
+    """A chat's memories without ids and times (content, flags, edges by content), and the ids of the
+    nodes that should be in its vector index."""
+    nodes = conn.execute("SELECT id, type, fields, seq_from, seq_to, archived, importance, pinned, locked, level,"
+                         " tags, source, embedding IS NOT NULL AS embedded FROM nodes WHERE chat_id = ?",
+                         (chat_id,)).fetchall()
+    edges = conn.execute("SELECT from_id, to_id, relation, strength, inhibitory, invalid_at IS NULL AS valid"
+                         " FROM edges WHERE chat_id = ?", (chat_id,)).fetchall()
+    upto = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()[0]
     key = {n["id"]: (n["type"], n["fields"], n["seq_from"], n["seq_to"], n["level"]) for n in nodes}
-    index = await sc.indexes.vectors.get(chat_id)
-    assert set(index.rev_of) == {n["id"] for n in nodes if not n["archived"] and n["embedded"]}
     return {
         "nodes": sorted((*key[n["id"]], n["archived"], n["importance"], n["pinned"], n["locked"], n["tags"],
                          n["source"]) for n in nodes),
         "edges": sorted((key[e["from_id"]], e["relation"], key[e["to_id"]], e["strength"], e["inhibitory"], e["valid"])
                         for e in edges),
         "processed_upto": upto,
-    }
+    }, {n["id"] for n in nodes if not n["archived"] and n["embedded"]}
+
+
+async def snapshot(sc, chat_id: str) -> dict:
+    """Memories without ids and times, plus index consistency."""
+    snap, indexable = await sc.store.read(lambda conn: rows_snapshot(conn, chat_id))
+    index = await sc.indexes.vectors.get(chat_id)
+    assert set(index.rev_of) == indexable
+    return snap
 
 
 def llm_nodes(snap: dict, type_: str | None = None) -> list:

@@ -8,6 +8,11 @@ A batch is a contiguous range of messages [start, end]. Each stage may
     its writes go through `await ctx.write(fn)`, journaled with the same message range.
 If the chat changed while a stage was preparing (a rollback bumped the chat's revision), the batch is
 dropped and started again from the new state: nothing stale is written.
+
+A batch is one recoverable unit. Its commit marks it unfinished (`chats.unfinished_from`); only when its
+memories are embedded and every `after` has run is the mark cleared. A crash, a kill or a failure in between
+leaves the mark, and the chat's next processing undoes the batch exactly (journal) and runs it again. An LLM
+task a stage had to skip (the LLM failed) marks the batch degraded: it is redone once the LLM answers again.
 """
 
 from __future__ import annotations
@@ -75,6 +80,11 @@ class BatchContext:
     created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
     touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
 
+    def skip_llm(self, error: LLMError) -> None:
+        """An LLM task of this batch failed and was skipped: the batch will be redone when the LLM answers."""
+        self.degraded = self.degraded or error.message
+        self.runner.llm_health.mark_down()
+
     async def write(self, fn: Callable[[ChangeSet], Any], reason: str) -> Any:
         """A journaled write after the batch committed (e.g. evolution), dropped if a rollback undid the
         batch meanwhile. (Not the revision: an edit of a later, unprocessed message leaves the batch valid.)"""
@@ -100,6 +110,17 @@ def _check_committed(conn: sqlite3.Connection, ctx: BatchContext) -> None:
     row = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (ctx.chat_id,)).fetchone()
     if row is None or row["processed_upto"] < ctx.end:
         raise StaleBatch()
+
+
+def _finish(conn: sqlite3.Connection, ctx: BatchContext) -> None:
+    """The batch's follow-up work is done: clear its unfinished mark; a skipped LLM task marks it degraded."""
+    row = conn.execute("SELECT unfinished_from FROM chats WHERE chat_id = ?", (ctx.chat_id,)).fetchone()
+    if row is None or row["unfinished_from"] != ctx.start:
+        return  # undone meanwhile
+    conn.execute("UPDATE chats SET unfinished_from = NULL WHERE chat_id = ?", (ctx.chat_id,))
+    if ctx.degraded:
+        conn.execute("UPDATE chats SET degraded_from = coalesce(min(degraded_from, ?), ?) WHERE chat_id = ?",
+                     (ctx.start, ctx.start, ctx.chat_id))
 
 
 def batch_end(messages: list[Message], every: int, *, single_group: bool = False) -> int | None:
@@ -165,11 +186,8 @@ class BatchRunner:
                 for stage in active:
                     cs.reason = stage.name
                     stage.apply(ctx, cs)
-                conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
-                             (ctx.end, time.time(), chat_id))
-                if ctx.degraded:
-                    conn.execute("UPDATE chats SET degraded_from = coalesce(min(degraded_from, ?), ?)"
-                                 " WHERE chat_id = ?", (ctx.start, ctx.start, chat_id))
+                conn.execute("UPDATE chats SET processed_upto = ?, unfinished_from = ?, updated_at = ?"
+                             " WHERE chat_id = ?", (ctx.end, ctx.start, time.time(), chat_id))
                 return cs.touched_nodes, cs.created_nodes
 
             try:
@@ -183,7 +201,8 @@ class BatchRunner:
                 try:
                     await stage.after(ctx)
                 except StaleBatch:
-                    break
+                    return ctx  # a rollback undid the batch meanwhile (and its unfinished mark)
+            await self.store.write(lambda conn: _finish(conn, ctx))
             return ctx
 
     async def _prepare(self, ctx: BatchContext, stages: list[Stage]) -> list[Stage]:

@@ -60,7 +60,7 @@ class EvolveStage(LLMStage):
         try:
             value, _ = await self.ask(ctx, "evolve", "\n".join(lines), language=ctx.data.get("language", "en"))
         except LLMError as exc:
-            self.notice(ctx, f"memory evolution skipped for messages {ctx.start}-{ctx.end}: {exc.message}")
+            self.skip(ctx, exc, "memory evolution")
             return
         results = as_list(value, "results", "evolutions", "memories")
         if len(plan) == 1 and len(results) == 1 and isinstance(results[0], dict) and "new" not in results[0]:

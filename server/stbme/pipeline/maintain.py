@@ -60,7 +60,8 @@ class MaintainStage(LLMStage):
             except StaleBatch:
                 raise
             except LLMError as exc:
-                self.notice(ctx, f"{task.__name__} skipped after messages up to {ctx.end}: {exc.message}")
+                self.skip(ctx, exc, task.__name__)
+                return  # the LLM is failing: the batch is redone with every task once it answers
 
     # -- summaries ------------------------------------------------------------------------------
     async def summarise(self, ctx: BatchContext) -> None:

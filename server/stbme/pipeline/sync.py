@@ -151,10 +151,12 @@ def undo_memories_from(conn: sqlite3.Connection, chat_id: str, index: int, *, re
     restart = min(index, undo.reprocess_from if undo.reprocess_from is not None else index)
     processed_upto = restart - 1
     conn.execute("DELETE FROM mentions WHERE chat_id = ? AND idx >= ?", (chat_id, restart))
-    # Batches made without the LLM that are now undone will be redone; earlier ones stay marked.
+    # Batches made without the LLM (or left unfinished) that are now undone will be redone; earlier ones
+    # stay marked.
     conn.execute("UPDATE chats SET processed_upto = min(processed_upto, ?), revision = revision + 1,"
-                 " degraded_from = CASE WHEN degraded_from >= ? THEN NULL ELSE degraded_from END"
-                 " WHERE chat_id = ?", (processed_upto, restart, chat_id))
+                 " degraded_from = CASE WHEN degraded_from >= ? THEN NULL ELSE degraded_from END,"
+                 " unfinished_from = CASE WHEN unfinished_from >= ? THEN NULL ELSE unfinished_from END"
+                 " WHERE chat_id = ?", (processed_upto, restart, restart, chat_id))
     record_event(conn, chat_id, "rollback", diverged_at=index, entries=undo.entries, batches=undo.batches,
                  reprocess_from=restart, reason=reason)
     return undo, processed_upto

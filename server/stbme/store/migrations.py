@@ -220,6 +220,13 @@ def m004_degraded_batches(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE chats ADD COLUMN degraded_from INTEGER")
 
 
+@migration
+def m005_unfinished_batches(conn: sqlite3.Connection) -> None:
+    # First message of a committed batch whose follow-up work (embedding, evolution, maintenance) has not
+    # finished: a crash or a failure left it half-done, so it is undone and redone before anything else.
+    conn.execute("ALTER TABLE chats ADD COLUMN unfinished_from INTEGER")
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(

@@ -62,6 +62,8 @@ class ChatProcessor:
         """Turn every pending message of the chat into memories, batch by batch. Returns batches run."""
         batches = 0
         started = time.monotonic()
+        # A batch a crash or a failure left half-done is undone first and runs again below.
+        await self._undo_from(chat_id, "unfinished_from", "an unfinished batch is redone")
         redo_tried = False
         while True:
             ctx = await self.runner.run_next(chat_id, self.stages())
@@ -81,21 +83,28 @@ class ChatProcessor:
         again, now that it may answer. True if there was something to redo."""
         if self.settings.get("llm.mode", chat_id) == "none" or self.memory_llm.health.down():
             return False
+        start = await self._undo_from(chat_id, "degraded_from", "redo without LLM")
+        if start is None:
+            return False
+        self.live.notice("info", f"the memory LLM answers again: redoing memories from message {start}", chat_id)
+        return True
 
+    async def _undo_from(self, chat_id: str, column: str, reason: str) -> int | None:
+        """Undo every memory change from the message the chat's `column` names (degraded_from or
+        unfinished_from), if set. Returns that message index."""
         def undo(conn):
             row = chat_row(conn, chat_id)
-            if row is None or row["degraded_from"] is None:
+            if row is None or row[column] is None:
                 return None
-            result, _ = undo_memories_from(conn, chat_id, row["degraded_from"], reason="redo without LLM")
-            return row["degraded_from"], result.touched_nodes
+            result, _ = undo_memories_from(conn, chat_id, row[column], reason=reason)
+            return row[column], result.touched_nodes
 
         undone = await self.store.write(undo)
         if undone is None:
-            return False
+            return None
         start, touched = undone
         await self.embedding.indexes.apply(chat_id, touched)
-        self.live.notice("info", f"the memory LLM answers again: redoing memories from message {start}", chat_id)
-        return True
+        return start
 
     async def wake_degraded(self) -> None:
         """When the LLM's retry time has come, queue the chats with batches made without it."""
