@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import {
-    EXTENSION_URL_PATH, REPO, SCREENSHOTS, freePort, launchBrowser, sleep, startSidecar, startStHost, waitFor,
+    EXTENSION_URL_PATH, REPO, SCREENSHOTS, freePort, launchBrowser, startSidecar, startStHost, waitFor,
 } from './support.mjs';
 
 const CHAT = 'Elena - 2024-10-18@20h00m00s';
@@ -58,6 +58,8 @@ before(async () => {
     st = await startStHost({ sidecarUrl: sidecar.url, port: hostPort });
     assert.equal(st.origin, origin);
     browser = await launchBrowser();
+    // Page-side waits (waitForFunction, waitForSelector, clicks) share one generous deadline.
+    browser.context.setDefaultTimeout(60000);
     page = await browser.context.newPage();
     page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
     page.on('pageerror', e => consoleErrors.push(`pageerror: ${e.message}`));
@@ -80,8 +82,8 @@ test('the extension loads like a third-party extension and connects', async () =
     assert.deepEqual(active, ['third-party/st-bme-sidecar']);
     assert.equal(await page.evaluate(() => typeof window.stbme_generateInterceptor), 'function');
     await page.waitForSelector('#extensions_settings2 #stbme_settings');
-    await page.waitForFunction(() => document.querySelector('#stbme_status_dot')?.classList.contains('stbme_dot_ok'), null, { timeout: 20000 });
-    await page.waitForFunction(() => window.stbme.state.wsState === 'open', null, { timeout: 20000 });
+    await page.waitForFunction(() => document.querySelector('#stbme_status_dot')?.classList.contains('stbme_dot_ok'));
+    await page.waitForFunction(() => window.stbme.debug.live?.route === 'websocket' && window.stbme.debug.live.state === 'open');
     const commands = await page.evaluate(() => Object.keys(window.stHost.SlashCommandParser.commands).sort());
     for (const name of ['memory-status', 'remember', 'recall', 'stbme-status', 'stbme-recall']) assert.ok(commands.includes(name), name);
     const manifest = JSON.parse(fs.readFileSync(path.join(REPO, 'st_extension', 'manifest.json'), 'utf8'));
@@ -90,13 +92,13 @@ test('the extension loads like a third-party extension and connects', async () =
 
 test('the settings panel renders the sidecar schema; screenshot', async () => {
     await page.click('#stbme_settings > .inline-drawer > .inline-drawer-toggle');
-    await page.waitForSelector('.stbme_field[data-setting="recall.budget_tokens"]', { state: 'attached', timeout: 20000 });
+    await page.waitForSelector('.stbme_field[data-setting="recall.budget_tokens"]', { state: 'attached' });
     const schema = (await api('GET', '/v1/settings/schema')).data.settings;
     for (const def of schema) {
         assert.ok(await page.$(`.stbme_field[data-setting="${def.name}"]`), `control for ${def.name}`);
     }
     await page.$eval('details[data-group="recall"]', d => { d.open = true; });
-    await sleep(200);
+    await page.waitForSelector('details[data-group="recall"] .stbme_field[data-setting="recall.budget_tokens"]', { state: 'visible' });
     const panel = await page.$('#stbme_settings');
     await panel.screenshot({ path: path.join(SCREENSHOTS, 'settings-panel.png') });
     await page.$eval('details[data-group="recall"]', d => { d.open = false; });
@@ -291,10 +293,10 @@ test('per-chat settings: before_prompt for this chat only', async () => {
 });
 
 test('quiet generations and dry runs are ignored', async () => {
-    const before = await page.evaluate(() => window.stbme.state.lastInjection?.at);
+    const before = await page.evaluate(() => window.stbme.debug.lastInjection?.at);
     await page.evaluate(() => window.stHost.Generate('quiet'));
     await page.evaluate(() => window.stHost.Generate('normal', {}, true));
-    assert.equal(await page.evaluate(() => window.stbme.state.lastInjection?.at), before);
+    assert.equal(await page.evaluate(() => window.stbme.debug.lastInjection?.at), before);
 });
 
 test('a chat change clears the slot; group chats sync; deleted chats offer to delete their memories', async () => {
@@ -312,7 +314,8 @@ test('a chat change clears the slot; group chats sync; deleted chats offer to de
 
     await page.evaluate(() => { window.stHost.popupAnswer = 0; });
     await page.evaluate(() => window.stHost.deleteCharacterChat('Elena - second chat'));
-    await sleep(500);
+    // The extension got past the question and kept the memories (a positive sign, not a pause).
+    await page.waitForFunction(() => window.stbme.debug.lastDeleteOffer?.chatId === 'Elena - second chat' && window.stbme.debug.lastDeleteOffer.outcome === 'kept');
     assert.equal((await api('GET', `/v1/chats/${enc('Elena - second chat')}/status`)).status, 200, 'kept when the user says no');
     await page.evaluate(() => { window.stHost.popupAnswer = 1; });
     await page.evaluate(() => window.stHost.deleteCharacterChat('Elena - second chat'));
@@ -328,7 +331,7 @@ test('a chat change clears the slot; group chats sync; deleted chats offer to de
 test('through the ST server plugin when the user picks it', async () => {
     await page.$eval('.stbme_settings details.stbme_group', d => { d.open = true; });
     await page.selectOption('#stbme_connection', 'proxy');
-    await page.waitForFunction(() => window.stbme.state.connection === 'proxy', null, { timeout: 15000 });
+    await page.waitForFunction(() => window.stbme.debug.connection === 'proxy');
     const before = st.proxied.length;
     const record = await send('Where is the lighthouse key?');
     const injected = injectedOf(record);
@@ -336,7 +339,7 @@ test('through the ST server plugin when the user picks it', async () => {
     assert.match(injected.message.content, /blue stone/);
     assert.ok(st.proxied.slice(before).some(r => r.includes('/recall')), 'recall went through /api/plugins/stbme');
     // No WebSocket through ST's plugin router: the live channel (notices, progress, LLM relay) long-polls.
-    await page.waitForFunction(() => window.stbme.state.longPoll?.state === 'open', null, { timeout: 15000 });
+    await page.waitForFunction(() => window.stbme.debug.live?.route === 'long-poll' && window.stbme.debug.live.state === 'open');
     assert.ok(st.proxied.some(r => r.includes('/v1/live/poll')), 'the live channel long-polls through the plugin');
     await page.screenshot({ path: path.join(SCREENSHOTS, 'proxy.png'), fullPage: true });
 
@@ -344,14 +347,14 @@ test('through the ST server plugin when the user picks it', async () => {
     await page.selectOption('#stbme_connection', 'auto');
     await page.fill('#stbme_url', 'http://127.0.0.1:1');
     await page.$eval('#stbme_url', el => el.dispatchEvent(new Event('change')));
-    await page.waitForFunction(() => window.stbme.state.connection === 'proxy', null, { timeout: 15000 });
+    await page.waitForFunction(() => window.stbme.debug.connection === 'proxy');
     const viaAuto = await send('And the blue stone?');
     assert.ok(injectedOf(viaAuto), 'memory through the automatic fallback');
 
     await page.selectOption('#stbme_connection', 'direct');
     await page.fill('#stbme_url', sidecar.url);
     await page.$eval('#stbme_url', el => el.dispatchEvent(new Event('change')));
-    await page.waitForFunction(() => window.stbme.state.connection === 'ok', null, { timeout: 15000 });
+    await page.waitForFunction(() => window.stbme.debug.connection === 'ok');
 });
 
 test('installs from the repository layout (manifest at the root, code in st_extension/)', async () => {
@@ -363,7 +366,7 @@ test('installs from the repository layout (manifest at the root, code in st_exte
             extensions: ['third-party/st-bme-sidecar-repo'], settings: { stbme: { sidecarUrl: url, connection: 'direct' } },
         }), sidecar.url);
         await other.waitForSelector('#extensions_settings2 #stbme_settings', { state: 'attached' });
-        await other.waitForFunction(() => window.stbme.state.connection === 'ok', null, { timeout: 15000 });
+        await other.waitForFunction(() => window.stbme.debug.connection === 'ok');
         assert.equal(await other.evaluate(() => typeof window.stbme_generateInterceptor), 'function');
         await other.evaluate(() => window.stHost.selectCharacter(1));
         const record = await other.evaluate(() => window.stHost.Generate('normal', { text: 'Hello Marek.' }));
