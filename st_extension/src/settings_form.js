@@ -1,7 +1,8 @@
-// The sidecar's settings in the panel, drawn from its schema: one control per setting, grouped, with the
-// value for all chats or this chat's override, and the sidecar's validation error next to the field.
+// The sidecar's settings in the panel, drawn from its schema: a short basic list, then "Advanced" with the
+// rest in collapsed groups. One control per setting, showing the value for all chats or this chat's
+// override, with the sidecar's validation error next to the field.
 
-import { formatControlValue, parseControlValue, schemaToGroups } from '../lib/settings.js';
+import { controlFor, formatControlValue, parseControlValue, splitBasicAdvanced } from '../lib/settings.js';
 import { $id, h } from './dom.js';
 
 /**
@@ -20,12 +21,12 @@ export function createSettingsForm({ sidecarSettings }) {
             if (only && def.name !== only) continue;
             const field = document.querySelector(`.stbme_field[data-setting="${CSS.escape(def.name)}"]`);
             if (!field) continue;
-            const control = schemaToGroups([def])[0].controls[0];
+            const control = controlFor(def);
             const input = field.querySelector('[data-stbme-server-setting]');
             const value = formatControlValue(control, values[def.name]);
             if (input.type === 'checkbox') input.checked = !!value;
             else input.value = value;
-            if (control.secret) input.placeholder = values[def.name] === '***' ? 'set (hidden); type to replace' : '';
+            if (control.secret) input.placeholder = values[def.name] === '***' ? 'saved (hidden)' : '';
             const overridden = !!(chatId && Object.hasOwn(overrides, def.name));
             input.disabled = !!(chatId && !def.per_chat);
             field.classList.toggle('stbme_overridden', overridden);
@@ -67,7 +68,7 @@ export function createSettingsForm({ sidecarSettings }) {
         if (control.input === 'checkbox') {
             input = h('input', { type: 'checkbox', id });
         } else if (control.input === 'select') {
-            input = h('select', { id, class: 'text_pole' }, control.choices.map(choice => h('option', { value: choice, text: choice })));
+            input = h('select', { id, class: 'text_pole' }, control.choices.map((choice, i) => h('option', { value: choice, text: control.choiceLabels[i] })));
         } else if (control.input === 'textarea') {
             input = h('textarea', { id, class: 'text_pole textarea_compact', rows: 2, placeholder: 'one per line' });
         } else if (control.input === 'number') {
@@ -105,21 +106,25 @@ export function createSettingsForm({ sidecarSettings }) {
     return {
         renderValues,
 
-        /** Draw every control from the schema, then the values. */
+        /** Draw every control from the schema (basic ones, then "Advanced"), then the values. */
         render() {
             const root = $id('stbme_sidecar_settings');
             const schema = sidecarSettings.schema;
             if (!root || !schema) return;
-            root.replaceChildren();
-            for (const group of schemaToGroups(schema)) {
-                // <details>, not a nested inline-drawer: ST's drawer toggle slides every .inline-drawer-content
-                // inside the clicked drawer (script.js, '.inline-drawer-toggle' click handler), nested ones included.
-                const body = h('div', { class: 'stbme_group_body' });
-                root.append(h('details', { class: 'stbme_group', 'data-group': group.group, open: group.group === 'inject' }, [
-                    h('summary', {}, [h('b', { text: group.title })]),
-                    body,
+            const { basic, advanced } = splitBasicAdvanced(schema);
+            // <details>, not a nested inline-drawer: ST's drawer toggle slides every .inline-drawer-content
+            // inside the clicked drawer (script.js, '.inline-drawer-toggle' click handler), nested ones included.
+            const groups = advanced.map(group => h('details', { class: 'stbme_group', 'data-group': group.group }, [
+                h('summary', {}, [h('b', { text: group.title }), h('small', { class: 'stbme_help', text: ` (${group.controls.length})` })]),
+                h('div', { class: 'stbme_group_body' }, group.controls.map(renderControl)),
+            ]));
+            const count = advanced.reduce((n, group) => n + group.controls.length, 0);
+            root.replaceChildren(h('div', { class: 'stbme_basic' }, basic.map(renderControl)));
+            if (count) {
+                root.append(h('details', { class: 'stbme_advanced' }, [
+                    h('summary', {}, [h('b', { text: 'Advanced' }), h('small', { class: 'stbme_help', text: ` (${count} settings)` })]),
+                    h('div', { class: 'stbme_advanced_body' }, groups),
                 ]));
-                for (const control of group.controls) body.append(renderControl(control));
             }
             renderValues();
         },
