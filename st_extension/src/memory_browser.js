@@ -1,16 +1,11 @@
 // The memory browser in the panel: list, search and page through the open chat's memories, pin, lock,
 // archive and restore them, edit their fields, and add one by hand. Owns: the page and the filter.
 
+import { fieldLabel, memoryRow, rangeLabel } from '../lib/memory_view.js';
 import { $id, h, onClick, toggleSection } from './dom.js';
 import { confirmPopup, currentChatId, toast } from './st.js';
 
 const PAGE = 20;
-
-/** The text a memory is about, whatever its type calls the field. */
-function nodeText(node) {
-    const f = node.fields ?? {};
-    return f.summary ?? f.text ?? f.content ?? f.constraint ?? f.description ?? node.label ?? '';
-}
 
 /**
  * @param {object} deps
@@ -60,14 +55,16 @@ export function createMemoryBrowser({ connection }) {
 
     function renderNode(chatId, node) {
         const flags = [node.pinned && 'pinned', node.locked && 'locked', node.archived && 'archived'].filter(Boolean);
+        const { title, text } = memoryRow(node);
+        const range = rangeLabel(node.seq_range);
         const row = h('li', { class: 'stbme_node', 'data-id': node.id }, [
             h('div', { class: 'stbme_node_head' }, [
                 h('span', { class: 'stbme_type', text: node.type }),
-                h('span', { class: 'stbme_label', text: node.label || node.id }),
                 h('span', { class: 'stbme_flags', text: flags.join(' · ') }),
-                h('span', { class: 'stbme_meta', text: `imp ${node.importance ?? '?'}${node.seq_range ? ` · msgs ${node.seq_range[0]}–${node.seq_range[1]}` : ''}` }),
+                h('span', { class: 'stbme_meta', text: `importance ${node.importance ?? '?'}${range ? ` · ${range}` : ''}` }),
             ]),
-            h('div', { class: 'stbme_node_text', text: nodeText(node) }),
+            title ? h('div', { class: 'stbme_node_title', text: title }) : null,
+            h('div', { class: 'stbme_node_text', text }),
         ]);
         const act = (label, action, title) => h('button', {
             class: 'menu_button stbme_small', text: label, title, 'data-action': action,
@@ -96,13 +93,14 @@ export function createMemoryBrowser({ connection }) {
         const editor = h('div', { class: 'stbme_editor' });
         for (const [key, value] of Object.entries(fields)) {
             if (typeof value !== 'string' && typeof value !== 'number') continue;
-            inputs[key] = h('textarea', { class: 'text_pole textarea_compact', rows: String(value).length > 80 ? 3 : 1, 'data-field': key });
+            const id = `stbme_edit_${String(node.id).replace(/[^\w-]+/g, '_')}_${key.replace(/[^\w-]+/g, '_')}`;
+            inputs[key] = h('textarea', { id, class: 'text_pole textarea_compact', rows: String(value).length > 80 ? 3 : 1, 'data-field': key });
             inputs[key].value = String(value);
-            editor.append(h('label', { text: key }), inputs[key]);
+            editor.append(h('label', { for: id, text: fieldLabel(key) }), inputs[key]);
         }
         const importance = h('input', { type: 'number', class: 'text_pole', min: 0, max: 10, step: 1, value: node.importance ?? 5 });
         const error = h('div', { class: 'stbme_field_error', role: 'alert' });
-        editor.append(h('label', { text: 'importance (0–10)' }), importance, error);
+        editor.append(h('label', { text: 'Importance (0–10)' }), importance, error);
         const save = async (unlock = false) => {
             const changed = {};
             for (const [key, input] of Object.entries(inputs)) {
