@@ -1,6 +1,7 @@
 // Slash commands: /memory-status, /remember, /recall, /memory-used (each with an /stbme-* alias).
 // Registered with ST's SlashCommandParser (slash-commands/SlashCommandParser.js `addCommandObject`).
 
+import { ARG_VALUES, isTrue, takeTrailingNamedArgs } from '../lib/slash_args.js';
 import { LOG, ctx, currentChatId, importSt, toast } from './st.js';
 
 function failCommand(message) {
@@ -34,18 +35,19 @@ function commandList({ T, connection, statusText, lastInjection, openInjection, 
         {
             name: 'remember',
             aliases: ['stbme-remember'],
-            helpString: 'Store a memory for the current chat, e.g. <code>/remember Elena is afraid of deep water</code>. <code>pin=true</code> keeps it in every recall.',
+            helpString: 'Store a memory for the current chat, e.g. <code>/remember Elena is afraid of deep water</code>. ' +
+                'Add <code>pin=true</code>, before or after the text, to keep it in every recall.',
             returns: 'the new memory id',
             named: [{ name: 'pin', description: 'always include this memory', type: T.BOOLEAN, defaultValue: 'false' }],
             unnamed: [{ description: 'what to remember', type: T.STRING, required: true }],
             callback: async (args, value) => {
-                const text = String(value ?? '').trim();
+                const { text, args: after } = takeTrailingNamedArgs(value, { pin: ARG_VALUES.boolean });
                 const chatId = currentChatId();
                 if (!chatId) return failCommand('Open a chat first.');
-                if (!text) return failCommand('Usage: /remember <text>');
+                if (!text) return failCommand('Usage: /remember <text> [pin=true]');
                 try {
                     const body = { text };
-                    if (String(args?.pin) === 'true') body.pinned = true;
+                    if (isTrue(after.pin ?? args?.pin)) body.pinned = true;
                     const res = await connection.client.createNode(chatId, body);
                     toast('success', `Remembered: ${text.slice(0, 80)}`);
                     onRemembered();
@@ -58,18 +60,19 @@ function commandList({ T, connection, statusText, lastInjection, openInjection, 
         {
             name: 'recall',
             aliases: ['stbme-recall'],
-            helpString: 'Search the memories of the current chat, e.g. <code>/recall the vault code</code>. Returns the memory block the sidecar would inject.',
+            helpString: 'Search the memories of the current chat, e.g. <code>/recall the vault code</code>. Returns the memory block the sidecar would inject. ' +
+                '<code>budget=300</code> (before or after the text) sets its size in tokens.',
             returns: 'memory block text',
             named: [{ name: 'budget', description: 'token budget of the block', type: T.NUMBER }],
             unnamed: [{ description: 'what to search for', type: T.STRING, required: true }],
             callback: async (args, value) => {
-                const query = String(value ?? '').trim();
+                const { text: query, args: after } = takeTrailingNamedArgs(value, { budget: ARG_VALUES.positiveInteger });
                 const chatId = currentChatId();
                 if (!chatId) return failCommand('Open a chat first.');
-                if (!query) return failCommand('Usage: /recall <query>');
+                if (!query) return failCommand('Usage: /recall <query> [budget=N]');
                 try {
                     const body = { query };
-                    const budget = Number(args?.budget);
+                    const budget = Number(after.budget ?? args?.budget);
                     if (Number.isInteger(budget) && budget > 0) body.budget_tokens = budget;
                     const res = await connection.client.recall(chatId, body);
                     return res.text ?? '';
