@@ -90,22 +90,69 @@ test('the extension loads like a third-party extension and connects', async () =
     assert.deepEqual(manifest.requires, []);
 });
 
-test('the settings panel renders the sidecar schema; screenshot', async () => {
+test('the settings panel renders the sidecar schema: a short basic view, the rest under Advanced; screenshot', async () => {
     await page.click('#stbme_settings > .inline-drawer > .inline-drawer-toggle');
-    await page.waitForSelector('.stbme_field[data-setting="recall.budget_tokens"]', { state: 'attached' });
+    await page.waitForSelector('.stbme_field[data-setting="recall.budget_tokens"]', { state: 'visible' });
     const schema = (await api('GET', '/v1/settings/schema')).data.settings;
     for (const def of schema) {
         assert.ok(await page.$(`.stbme_field[data-setting="${def.name}"]`), `control for ${def.name}`);
     }
-    await page.$eval('details[data-group="recall"]', d => { d.open = true; });
-    await page.waitForSelector('details[data-group="recall"] .stbme_field[data-setting="recall.budget_tokens"]', { state: 'visible' });
+    // Basic: a few settings, visible at once; everything else is in Advanced, closed, its groups closed too.
+    const basic = await page.$$eval('#stbme_sidecar_settings .stbme_basic > .stbme_field', els => els.map(e => e.dataset.setting));
+    assert.ok(basic.length >= 6 && basic.length <= 12, `basic view: ${basic.join(', ')}`);
+    for (const name of ['recall.budget_tokens', 'inject.position', 'inject.depth', 'llm.mode']) assert.ok(basic.includes(name), name);
+    for (const name of basic) assert.ok(await page.isVisible(`.stbme_field[data-setting="${name}"]`), `${name} is visible`);
+    assert.equal(await page.$eval('details.stbme_advanced', d => d.open), false, 'Advanced starts closed');
+    assert.equal(await page.isVisible('.stbme_field[data-setting="recall.min_similarity"]'), false);
+    assert.equal(await page.$$eval('#stbme_sidecar_settings .stbme_field', els => els.length), schema.length, 'every setting once');
+    await page.click('details.stbme_advanced > summary');
+    const groups = await page.$$eval('details.stbme_advanced details.stbme_group', ds => ds.map(d => ({ group: d.dataset.group, open: d.open })));
+    assert.ok(groups.length >= 5, JSON.stringify(groups));
+    assert.ok(groups.every(g => !g.open), 'groups under Advanced start closed');
+    await page.click('details.stbme_group[data-group="recall"] > summary');
+    await page.waitForSelector('.stbme_field[data-setting="recall.min_similarity"]', { state: 'visible' });
+
+    // Selects show words; the stored value stays the raw one.
+    const position = await page.$eval('.stbme_field[data-setting="inject.position"] select', el => ({
+        value: el.value, shown: el.selectedOptions[0].textContent, options: [...el.options].map(o => o.textContent),
+    }));
+    assert.equal(position.value, 'in_chat');
+    assert.equal(position.shown, 'In the chat, at a depth');
+    for (const text of position.options) assert.doesNotMatch(text, /_/);
+    assert.equal(await page.$eval('.stbme_field[data-setting="inject.role"] select', el => el.selectedOptions[0].textContent), 'System');
+    assert.match(await page.$eval('label[for="stbme_import_mode"]', el => el.textContent), /Import mode/);
+
     const panel = await page.$('#stbme_settings');
     await panel.screenshot({ path: path.join(SCREENSHOTS, 'settings-panel.png') });
-    await page.$eval('details[data-group="recall"]', d => { d.open = false; });
+    await page.click('details.stbme_group[data-group="recall"] > summary');
+    await page.click('details.stbme_advanced > summary');
+    assert.equal(await page.$eval('details.stbme_advanced', d => d.open), false);
+});
+
+test('no placeholder in the panel is cut off, on a phone-wide panel too', async () => {
+    // Open every part of the panel that has inputs, then measure each placeholder in the input's own font.
+    await page.$$eval('#stbme_settings details', ds => { for (const d of ds) d.open = true; });
+    await page.$eval('#stbme_browser', el => { el.hidden = false; });
+    for (const width of ['480px', '360px']) {
+        await page.$eval('#top', (el, w) => { el.style.width = w; }, width);
+        const cut = await page.$$eval('#stbme_settings input[placeholder], #stbme_settings textarea[placeholder]', els => {
+            const canvas = document.createElement('canvas').getContext('2d');
+            return els.filter(el => el.placeholder && el.offsetParent !== null).flatMap(el => {
+                const style = getComputedStyle(el);
+                canvas.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+                const room = el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+                const need = canvas.measureText(el.placeholder).width;
+                return need > room ? [`${el.id || el.dataset.stbmeServerSetting}: "${el.placeholder}" needs ${Math.ceil(need)}px, has ${Math.floor(room)}px`] : [];
+            });
+        });
+        assert.deepEqual(cut, [], `at ${width}`);
+    }
+    await page.$eval('#top', el => { el.style.width = ''; });
+    await page.$eval('#stbme_browser', el => { el.hidden = true; });
+    await page.$$eval('#stbme_settings details', ds => { for (const d of ds) d.open = false; });
 });
 
 test('a setting change is validated by the sidecar and errors show next to the field', async () => {
-    await page.$eval('details[data-group="recall"]', d => { d.open = true; });
     const sel = '.stbme_field[data-setting="recall.budget_tokens"]';
     await page.fill(`${sel} input`, '1');
     await page.$eval(`${sel} input`, el => el.dispatchEvent(new Event('change')));
@@ -121,7 +168,6 @@ test('a setting change is validated by the sidecar and errors show next to the f
     await page.fill(`${depthSel} input`, String(DEPTH));
     await page.$eval(`${depthSel} input`, el => el.dispatchEvent(new Event('change')));
     await waitFor(async () => (await api('GET', '/v1/settings')).data.settings['inject.depth'] === DEPTH, { what: 'depth' });
-    await page.$eval('details[data-group="recall"]', d => { d.open = false; });
 });
 
 test('chat a few turns, plant a fact: the prompt of a later turn carries the memory at the configured depth', async () => {
@@ -159,24 +205,38 @@ test('"memories used" shows what was injected', async () => {
     assert.match(summary, /memories/);
     assert.match(await page.textContent('#stbme_injection_text'), /4417/);
     assert.ok((await page.$$('#stbme_injection_list li')).length >= 1);
-    const used = await page.evaluate(() => window.stHost.executeSlashCommand('/memory-used'));
-    assert.match(used, /4417/);
     // the README's screenshot: the panel with the last injection open
-    await page.$eval('details[data-group="inject"]', d => { d.open = false; });
     await (await page.$('#stbme_settings')).screenshot({ path: path.join(SCREENSHOTS, 'memories-used.png') });
     if (process.env.STBME_DOCS_SCREENSHOT) {
         fs.mkdirSync(path.join(REPO, 'docs', 'img'), { recursive: true });
         await (await page.$('#stbme_settings')).screenshot({ path: path.join(REPO, 'docs', 'img', 'settings-panel.png') });
     }
-    await page.$eval('details[data-group="inject"]', d => { d.open = true; });
     await page.click('#stbme_show_used');
+
+    // /memory-used opens ST's popup, which centres its text (popup.css); the block reads left-aligned.
+    const used = await page.evaluate(() => window.stHost.executeSlashCommand('/memory-used'));
+    assert.match(used, /4417/);
+    const block = 'dialog.popup[open] .popup-content .stbme_popup .stbme_block';
+    await page.waitForSelector(block, { state: 'visible' });
+    assert.match(await page.textContent(block), /4417/);
+    assert.equal(await page.$eval('dialog.popup[open]', el => getComputedStyle(el).textAlign), 'center', "ST's popup style is in force");
+    assert.equal(await page.$eval(block, el => getComputedStyle(el).textAlign), 'left');
+    await (await page.$('dialog.popup[open]')).screenshot({ path: path.join(SCREENSHOTS, 'memories-used-popup.png') });
+    await page.evaluate(() => window.stHost.closePopup());
+    await page.waitForSelector('dialog.popup', { state: 'detached' });
 });
 
-test('slash commands: /remember, /recall, /memory-status', async () => {
+test('slash commands: /remember (named arguments before or after the text), /recall, /memory-status', async () => {
     const id = await page.evaluate(() => window.stHost.executeSlashCommand('/remember pin=true Elena is afraid of deep water.'));
     assert.match(id, /\S/);
     const { data } = await api('GET', `/v1/chats/${enc(CHAT)}/nodes/${enc(id)}`);
     assert.equal(data.node.pinned, true);
+    // ST's parser leaves a named argument after the text inside the text (SlashCommandParser.js parseCommand)
+    const after = await page.evaluate(() => window.stHost.executeSlashCommand('/remember Mira fears water pin=true'));
+    const mira = (await api('GET', `/v1/chats/${enc(CHAT)}/nodes/${enc(after)}`)).data.node;
+    assert.equal(mira.pinned, true);
+    assert.doesNotMatch(JSON.stringify(mira.fields), /pin=/);
+    assert.equal(mira.label, 'Mira fears water');
     const recalled = await page.evaluate(() => window.stHost.executeSlashCommand('/recall vault code'));
     assert.match(recalled, /4417/);
     const status = await page.evaluate(() => window.stHost.executeSlashCommand('/memory-status'));
@@ -235,10 +295,27 @@ test('the memory browser lists, searches, pins, edits and archives', async () =>
     await page.waitForFunction(() => [...document.querySelectorAll('#stbme_browser_list .stbme_node')].some(n => n.textContent.includes('blue stone')));
     const row = '#stbme_browser_list .stbme_node:has-text("blue stone")';
     const id = await page.getAttribute(row, 'data-id');
+    // Each row says its text once, and a one-message memory reads "msg N".
+    const rows = await page.$$eval('#stbme_browser_list .stbme_node', els => els.map(el => ({
+        text: el.querySelector('.stbme_node_text').textContent,
+        all: el.textContent,
+        meta: el.querySelector('.stbme_meta').textContent,
+    })));
+    for (const r of rows) assert.equal(r.all.split(r.text).length - 1, 1, `said once: ${r.all}`);
+    const node = (await api('GET', `/v1/chats/${enc(CHAT)}/nodes/${enc(id)}`)).data.node;
+    const [from, to] = node.seq_range;
+    assert.equal(from, to, 'the planted fact comes from one message');
+    const meta = await page.textContent(`${row} .stbme_meta`);
+    assert.match(meta, new RegExp(`\\bmsg ${from}\\b`));
+    assert.doesNotMatch(meta, /msgs/);
+    await (await page.$('#stbme_browser')).screenshot({ path: path.join(SCREENSHOTS, 'memory-browser.png') });
     await page.click(`${row} button[data-action="pin"]`);
     await waitFor(async () => (await api('GET', `/v1/chats/${enc(CHAT)}/nodes/${enc(id)}`)).data.node.pinned, { what: 'pinned' });
 
     await page.click(`#stbme_browser_list .stbme_node[data-id="${id}"] button[data-action="edit"]`);
+    const labels = await page.$$eval(`#stbme_browser_list .stbme_node[data-id="${id}"] .stbme_editor label`, els => els.map(e => e.textContent));
+    assert.ok(labels.includes('Summary'), labels.join(', '));
+    for (const label of labels) assert.match(label, /^[A-Z]/, 'words, not raw field names');
     await page.fill(`#stbme_browser_list .stbme_node[data-id="${id}"] textarea[data-field="summary"]`, 'The lighthouse key is hidden under the blue stone by the well.');
     await page.click(`#stbme_browser_list .stbme_node[data-id="${id}"] button[data-action="save"]`);
     await waitFor(async () => (await api('GET', `/v1/chats/${enc(CHAT)}/nodes/${enc(id)}`)).data.node.fields.summary.includes('by the well'), { what: 'edited' });
@@ -279,7 +356,6 @@ test('export downloads the memories; import accepts an original ST-BME graph', a
 test('per-chat settings: before_prompt for this chat only', async () => {
     await page.check('input[name="stbme_scope"][value="chat"]');
     const sel = '.stbme_field[data-setting="inject.position"]';
-    await page.$eval('details[data-group="inject"]', d => { d.open = true; });
     await page.selectOption(`${sel} select`, 'before_prompt');
     await waitFor(async () => (await api('GET', `/v1/chats/${enc(CHAT)}/settings`)).data.overrides?.['inject.position'] === 'before_prompt', { what: 'override' });
     assert.equal((await api('GET', '/v1/settings')).data.settings['inject.position'], 'in_chat', 'global unchanged');
@@ -297,6 +373,58 @@ test('quiet generations and dry runs are ignored', async () => {
     await page.evaluate(() => window.stHost.Generate('quiet'));
     await page.evaluate(() => window.stHost.Generate('normal', {}, true));
     assert.equal(await page.evaluate(() => window.stbme.debug.lastInjection?.at), before);
+});
+
+/** Put the sidecar in llm.mode = relay with ST's backend held, run `during(rawRequest)`, then release and go back. */
+async function withHeldRelay(message, during) {
+    const n = await page.evaluate(() => window.stHost.backendRequests.length);
+    await page.evaluate(() => { window.stHost.holdRaw = true; });
+    await api('PUT', '/v1/settings', { settings: { 'llm.mode': 'relay' } });
+    try {
+        await send(message); // its reply is extracted through the relay, on ST's connection
+        const raw = await waitFor(() => page.evaluate(k => window.stHost.backendRequests.slice(k).find(r => r.kind === 'raw' && !r.answered), n),
+            { timeoutMs: 60000, what: 'a relayed request in flight at ST\'s backend' });
+        await during(raw);
+    } finally {
+        await page.evaluate(() => { window.stHost.holdRaw = false; window.stHost.releaseBackend(); });
+        await settled();
+        await api('PUT', '/v1/settings', { settings: { 'llm.mode': 'none' } });
+    }
+}
+
+test("Chat Completion: a chat generation during a slow relayed request keeps the user's max_tokens", async () => {
+    const userMax = await page.evaluate(() => window.stHost.oai_settings.openai_max_tokens);
+    const relayMax = (await api('GET', '/v1/settings')).data.settings['llm.max_tokens'];
+    assert.notEqual(userMax, relayMax);
+    await withHeldRelay('Marek borrowed the red lantern from the lighthouse.', async raw => {
+        assert.equal(raw.data.max_tokens, relayMax, 'the relayed request asks for the length the sidecar wants');
+        assert.equal(await page.evaluate(() => window.stHost.oai_settings.openai_max_tokens), userMax, "ST's setting is untouched");
+        const record = await send('What did Marek borrow?');
+        assert.ok(record.reply);
+        assert.equal(record.request.max_tokens, userMax, 'the chat reply goes out with the user\'s max_tokens');
+        assert.equal(record.maxContext, 4095 - userMax, 'and the prompt budget is the user\'s');
+    });
+});
+
+test("Text completion: a chat generation that starts during a relayed request waits for it, then keeps the user's length", async () => {
+    await page.evaluate(() => window.stHost.setMainApi('textgenerationwebui', { responseLength: 250 }));
+    try {
+        await withHeldRelay('Elena hid the silver key in the chapel.', async raw => {
+            // ST 1.12.6 can only pass a length to a text-completion generateRaw through its global amount_gen.
+            assert.equal(raw.data.max_new_tokens, 1200);
+            const before = await page.evaluate(() => window.stHost.emitted.length);
+            const pending = send('Where is the silver key?');
+            await page.waitForFunction(k => window.stHost.emitted.slice(k).some(e => e.event === 'generation_started'), before);
+            await page.evaluate(() => { window.stHost.holdRaw = false; window.stHost.releaseBackend(); });
+            const record = await pending;
+            assert.ok(record.reply);
+            assert.equal(record.request.max_new_tokens, 250, 'the chat reply goes out with the user\'s length');
+            assert.equal(record.maxContext, 2048 - 250, 'and the prompt budget is the user\'s');
+        });
+        assert.equal(await page.evaluate(() => window.stHost.amountGen), 250, "the user's setting is restored");
+    } finally {
+        await page.evaluate(() => window.stHost.setMainApi('openai'));
+    }
 });
 
 test('a chat change clears the slot; group chats sync; deleted chats offer to delete their memories', async () => {
@@ -377,6 +505,7 @@ test('installs from the repository layout (manifest at the root, code in st_exte
 });
 
 test('a dead sidecar never blocks generation, and the user is told once', async () => {
+    const listenersBefore = await page.evaluate(() => window.stHost.listenerTimes.length);
     await sidecar.stop();
     const toastsBefore = await page.evaluate(() => window.toastr.toasts.length);
     const first = await send('Are you still there?');
@@ -392,7 +521,7 @@ test('a dead sidecar never blocks generation, and the user is told once', async 
     assert.match(warnings[0].message, /stbme serve/);
     assert.match(await page.textContent('#stbme_injection_summary'), /without memory/);
     await page.waitForFunction(() => document.querySelector('#stbme_status_dot')?.classList.contains('stbme_dot_down'));
-    const slow = await page.evaluate(() => window.stHost.listenerTimes.filter(t => t.ms > 100));
+    const slow = await page.evaluate(k => window.stHost.listenerTimes.slice(k).filter(t => t.ms > 100), listenersBefore);
     assert.deepEqual(slow, []);
     await page.screenshot({ path: path.join(SCREENSHOTS, 'sidecar-down.png'), fullPage: true });
 });

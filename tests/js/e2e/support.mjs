@@ -92,6 +92,7 @@ export async function startStHost({ sidecarUrl, port = 0 }) {
     const app = express();
     const noCache = { etag: false, lastModified: false, setHeaders: res => res.set('Cache-Control', 'no-store') };
     app.get('/', (req, res) => res.sendFile(path.join(HOST_DIR, 'index.html')));
+    app.get('/script.js', (req, res) => res.type('text/javascript').sendFile(path.join(HOST_DIR, 'script.js')));
     app.use('/host', express.static(HOST_DIR, noCache));
     app.use(EXTENSION_URL_PATH, express.static(EXTENSION_DIR, noCache));
     // The layout of "Install extension" from the repository URL: ST clones the whole repository, so its
