@@ -50,7 +50,7 @@ export function isRequestFor(generateData, needle) {
  */
 export async function runRelayRequest(request, getContext, { length = 'argument' } = {}) {
     const id = request?.id;
-    let unhook = () => {};
+    let hook = { applied: false, remove: () => {} };
     try {
         const context = getContext();
         const generateRaw = context?.generateRaw;
@@ -59,7 +59,7 @@ export async function runRelayRequest(request, getContext, { length = 'argument'
         const maxTokens = Number.isInteger(request.max_tokens) && request.max_tokens > 0 ? request.max_tokens : undefined;
         let responseLength;
         if (maxTokens && length === 'argument') responseLength = maxTokens;
-        if (maxTokens && length === 'request') unhook = hookRequestLength(context, prompt, maxTokens);
+        if (maxTokens && length === 'request') hook = hookRequestLength(context, prompt, maxTokens);
         let text;
         if (generateRaw.length <= 1) {
             text = await generateRaw({ prompt, systemPrompt, responseLength });
@@ -67,23 +67,27 @@ export async function runRelayRequest(request, getContext, { length = 'argument'
             const flat = typeof prompt === 'string' ? prompt : prompt.map(m => m.content).join('\n\n');
             text = await generateRaw(flat, null, false, false, systemPrompt, responseLength);
         }
+        if (length === 'request' && maxTokens && !hook.applied) {
+            console.warn(`ST-BME: the relayed request went out with SillyTavern's own response length, not ${maxTokens} (its request body was not recognised)`);
+        }
         if (typeof text !== 'string' || !text.trim()) throw new Error('the current SillyTavern connection returned an empty answer');
         return { type: 'relay_response', id, text };
     } catch (error) {
         return { type: 'relay_response', id, error: String(error?.message ?? error) };
     } finally {
-        unhook();
+        hook.remove();
     }
 }
 
 /**
  * Give our own chat-completion request `maxTokens`, leaving ST's setting alone.
- * @returns {() => void} removes the listener
+ * @returns {{applied: boolean, remove: () => void}} `applied` turns true once our request got the length
  */
 function hookRequestLength(context, prompt, maxTokens) {
+    const hook = { applied: false, remove: () => {} };
     const events = context.eventSource;
     const ready = (context.eventTypes ?? context.event_types)?.CHAT_COMPLETION_SETTINGS_READY;
-    if (!events || !ready) return () => {};
+    if (!events || !ready) return hook;
     const last = typeof prompt === 'string' ? prompt : prompt.at(-1)?.content ?? '';
     // ST trims the prompt and substitutes macros; the first words of our text are enough to know it.
     const needle = String(last).trim().slice(0, 160);
@@ -91,7 +95,9 @@ function hookRequestLength(context, prompt, maxTokens) {
         if (!isRequestFor(data, needle)) return;
         if (Object.hasOwn(data, 'max_completion_tokens')) data.max_completion_tokens = maxTokens; // o1 models (openai.js)
         else data.max_tokens = maxTokens;
+        hook.applied = true;
     };
     events.on(ready, listener);
-    return () => events.removeListener(ready, listener);
+    hook.remove = () => events.removeListener(ready, listener);
+    return hook;
 }

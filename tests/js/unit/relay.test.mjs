@@ -105,3 +105,22 @@ test('o1 models: max_completion_tokens is set instead', async () => {
     assert.deepEqual(st.sent.map(d => d.max_completion_tokens), [300, 1200]);
     assert.ok(st.sent.every(d => !('max_tokens' in d)));
 });
+
+test('a request body it cannot recognise keeps ST\'s length and says so', async () => {
+    const st = chatCompletionSt();
+    const generateRaw = st.generateRaw;
+    // e.g. ST's macro substitution changed the first words of the prompt (positional signature, as 1.12.6)
+    st.generateRaw = (prompt, api, instructOverride, quietToLoud, systemPrompt, responseLength) =>
+        generateRaw(prompt.replace('Elena', 'E.'), api, instructOverride, quietToLoud, systemPrompt, responseLength);
+    const warnings = [];
+    const warn = console.warn;
+    console.warn = message => warnings.push(String(message));
+    try {
+        await runRelayRequest({ id: 'r9', messages: MESSAGES, max_tokens: 1200 }, () => st, { length: 'request' });
+    } finally {
+        console.warn = warn;
+    }
+    assert.deepEqual(st.sent.map(d => d.max_tokens), [300, 300]);
+    assert.equal(st.oai.openai_max_tokens, 300);
+    assert.match(warnings.join('\n'), /own response length/);
+});
