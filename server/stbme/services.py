@@ -63,7 +63,7 @@ class Services:
         self.chats = Chats(store, self.embeddings, self.indexes, self.worker.wake)
         self.memories = Memories(store, self.indexes, self.embedding)
         self.recall = Recall(store, settings, self.embeddings, self.indexes, self.memory_llm)
-        self.transfer = Transfer(store, self.indexes, self.embedding, self.live)
+        self.transfer = Transfer(store, settings, self.indexes, self.embedding, self.live, self.worker.wake)
         self.health = Health(store, self.embedding, self.memory_llm, self.live)
         self.dna = DnaMemory(store, settings, self.embeddings, self.embedding.index_changes, clock)
         self.dna_assets = DnaAssets(store)

@@ -15,10 +15,12 @@ from typing import Any
 from ..errors import BadRequest
 from ..graph.model import Edge, Node, new_id
 from ..graph.schema import NODE_TYPES, normalize_relation
+from ..pipeline.sync import ROLES, Message
 
 FORMAT = "stbme-sidecar"
 FORMAT_VERSION = 1
 MAX_IMPORT_NODES = 200_000
+LAYERS = ("working", "short_term", "long_term")
 
 
 @dataclasses.dataclass
@@ -27,14 +29,42 @@ class ImportedGraph:
     edges: list[Edge]
     skipped: list[str]
     processed_upto: int | None  # how far the source had processed the chat, when it says
+    # Our exports also carry the chat's messages and, per memory, the messages it was made from, so an
+    # import can tie the memories to the chat (interop/restore.py).
+    messages: list[Message] | None = None
+    derived: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # new node/edge id -> range
+    degraded_from: int | None = None
 
 
-def export_document(chat_id: str, nodes: list[Node], edges: list[Edge]) -> dict:
-    return {
+@dataclasses.dataclass
+class ChatSnapshot:
+    """What an export holds besides the memories: the messages, how far they were processed, and which
+    messages each memory came from ((table, id) -> range)."""
+    messages: list[Message]
+    processed_upto: int
+    degraded_from: int | None
+    derived: dict[tuple[str, str], tuple[int, int]]
+
+
+def export_document(chat_id: str, nodes: list[Node], edges: list[Edge], snapshot: ChatSnapshot | None = None) -> dict:
+    derived = snapshot.derived if snapshot else {}
+
+    def with_origin(table: str, item_id: str, data: dict) -> dict:
+        origin = derived.get((table, item_id))
+        return data | {"derived_from": list(origin) if origin else None}
+
+    doc = {
         "format": FORMAT, "version": FORMAT_VERSION, "chat_id": chat_id, "exported_at": time.time(),
-        "nodes": [{k: v for k, v in n.to_json().items() if k not in ("label", "embedder")} for n in nodes],
-        "edges": [{k: v for k, v in e.to_json().items() if k not in ("active", "chat_id")} for e in edges],
+        "nodes": [with_origin("nodes", n.id, {k: v for k, v in n.to_json().items() if k not in ("label", "embedder")})
+                  for n in nodes],
+        "edges": [with_origin("edges", e.id, {k: v for k, v in e.to_json().items() if k not in ("active", "chat_id")})
+                  for e in edges],
     }
+    if snapshot is not None:
+        doc["processed_upto"] = snapshot.processed_upto
+        doc["degraded_from"] = snapshot.degraded_from
+        doc["messages"] = [dataclasses.asdict(m) for m in snapshot.messages]
+    return doc
 
 
 def detect_format(doc: Any) -> str:
@@ -172,7 +202,7 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
     return ImportedGraph(nodes, edges, skipped, processed)
 
 
-def _edges(raw_edges, id_map, chat_id, skipped, keys, now) -> list[Edge]:
+def _edges(raw_edges, id_map, chat_id, skipped, keys, now, on_edge=None) -> list[Edge]:
     edges = []
     for i, raw in enumerate(raw_edges):
         if not isinstance(raw, dict):
@@ -193,6 +223,8 @@ def _edges(raw_edges, id_map, chat_id, skipped, keys, now) -> list[Edge]:
             invalid_at=_seconds(raw.get("invalidAt", raw.get("invalid_at")), 0) or None,
             expired_at=_seconds(raw.get("expiredAt", raw.get("expired_at")), 0) or None,
         ))
+        if on_edge is not None:
+            on_edge(edges[-1], raw)
     return edges
 
 
@@ -202,7 +234,7 @@ def from_export(doc: dict, chat_id: str) -> ImportedGraph:
         raise BadRequest(f"unsupported stbme export version {doc.get('version')!r}", field="version")
     _check_size(doc)
     now = time.time()
-    nodes, skipped, id_map, pairs = [], [], {}, []
+    nodes, skipped, id_map, pairs, derived = [], [], {}, [], {}
     for i, raw in enumerate(_list(doc.get("nodes"))):
         if not isinstance(raw, dict) or raw.get("type") not in NODE_TYPES:
             skipped.append(f"nodes[{i}]: missing or unknown type")
@@ -226,16 +258,48 @@ def from_export(doc: dict, chat_id: str) -> ImportedGraph:
             created_at=_seconds(raw.get("created_at"), now), updated_at=_seconds(raw.get("updated_at"), now),
             evolution=[e for e in _list(raw.get("evolution")) if isinstance(e, dict)],
             source=raw["source"] if isinstance(raw.get("source"), str) and raw["source"] else "import",
+            layer=raw["layer"] if raw.get("layer") in LAYERS else "working",
         )
         if isinstance(raw.get("id"), str):
             id_map[raw["id"]] = node.id
         nodes.append(node)
         pairs.append((node, raw))
+        _origin(derived, node.id, raw)
     for node, raw in pairs:
         node.parent_id = _ref(id_map, raw.get("parent_id"))
         node.children = [id_map[c] for c in _list(raw.get("children")) if _ref(id_map, c)]
-    edges = _edges(_list(doc.get("edges")), id_map, chat_id, skipped, ("from_id", "to_id"), now)
-    return ImportedGraph(nodes, edges, skipped, None)
+    edges = _edges(_list(doc.get("edges")), id_map, chat_id, skipped, ("from_id", "to_id"), now,
+                   on_edge=lambda edge, raw: _origin(derived, edge.id, raw))
+    messages = _messages(doc["messages"]) if "messages" in doc else None
+    processed = _int(doc.get("processed_upto"))
+    return ImportedGraph(nodes, edges, skipped, processed if messages is not None else None, messages,
+                         derived if messages is not None else {}, _int(doc.get("degraded_from")))
+
+
+def _origin(derived: dict, item_id: str, raw: dict) -> None:
+    start, end = _range(raw.get("derived_from"))
+    if start is not None and start >= 0:
+        derived[item_id] = (start, end)
+
+
+def _messages(raw: Any) -> list[Message]:
+    """The export's messages, checked like a sync: 0..n-1 in order, known roles, text strings."""
+    if not isinstance(raw, list):
+        raise BadRequest("the export's 'messages' must be a list", field="messages")
+    messages = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("index") != i:
+            raise BadRequest(f"'{where}' must be an object with index {i}", field=where)
+        if m.get("role") not in ROLES:
+            raise BadRequest(f"'{where}.role' must be one of {', '.join(ROLES)}", field=f"{where}.role")
+        for key in ("name", "text"):
+            if not isinstance(m.get(key), str):
+                raise BadRequest(f"'{where}.{key}' must be a string", field=f"{where}.{key}")
+        swipe_id, send_date = m.get("swipe_id"), m.get("send_date")
+        messages.append(Message(i, m["role"], m["name"], m["text"], _int(swipe_id),
+                                send_date if isinstance(send_date, str) else None))
+    return messages
 
 
 def convert(doc: Any, chat_id: str) -> ImportedGraph:

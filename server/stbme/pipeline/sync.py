@@ -120,16 +120,8 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
         stored_length = min(stored_length, cut)
     if diverged is not None:
         prev_chain = stored[diverged - 1][1] if diverged > 0 else ""
-        rows = []
-        for msg in req.messages:
-            if msg.index < diverged:
-                continue
-            prev_chain = chain_hash(prev_chain, msg.hash)
-            rows.append((chat_id, msg.index, msg.hash, prev_chain, msg.role, msg.name, msg.text, msg.swipe_id,
-                         msg.send_date))
-        conn.executemany("INSERT INTO messages (chat_id, idx, hash, chain, role, name, text, swipe_id, send_date)"
-                         " VALUES (?,?,?,?,?,?,?,?,?)", rows)
-        stored_length = max(stored_length, diverged + len(rows))
+        added = store_messages(conn, chat_id, [m for m in req.messages if m.index >= diverged], prev_chain)
+        stored_length = max(stored_length, diverged + added)
     conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
                  (processed_upto, time.time(), chat_id))
 
@@ -142,6 +134,24 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
     need_from = None if whole_chat else end + 1
     return SyncResult(status, stored_length, diverged if cut is not None else None, need_from, processed_upto,
                       queued, rolled_back, touched)
+
+
+def store_messages(conn: sqlite3.Connection, chat_id: str, messages: list[Message], prev_chain: str) -> int:
+    """Insert contiguous messages after the stored ones (`prev_chain`: the chain of the message before the
+    first, '' at index 0), with their hashes and prefix chains. Returns how many."""
+    rows = []
+    for msg in messages:
+        prev_chain = chain_hash(prev_chain, msg.hash)
+        rows.append((chat_id, msg.index, msg.hash, prev_chain, msg.role, msg.name, msg.text, msg.swipe_id,
+                     msg.send_date))
+    conn.executemany("INSERT INTO messages (chat_id, idx, hash, chain, role, name, text, swipe_id, send_date)"
+                     " VALUES (?,?,?,?,?,?,?,?,?)", rows)
+    return len(rows)
+
+
+def stored_chains(conn: sqlite3.Connection, chat_id: str) -> list[str]:
+    """The prefix chain of every stored message of the chat, in order."""
+    return [r[0] for r in conn.execute("SELECT chain FROM messages WHERE chat_id = ? ORDER BY idx", (chat_id,))]
 
 
 def undo_memories_from(conn: sqlite3.Connection, chat_id: str, index: int, *, reason: str):

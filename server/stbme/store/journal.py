@@ -78,3 +78,11 @@ def rollback_from(conn: sqlite3.Connection, chat_id: str, index: int, bump_rev) 
     result.batches = len(batches)
     result.reprocess_from = min(result.reprocess_from, index)
     return result
+
+
+def inserted_ranges(conn: sqlite3.Connection, chat_id: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(table, row id) -> the message range of the journal entry that inserted the row: what each
+    message-derived node and edge of the chat came from (manual ones have none)."""
+    return {(r[0], r[1]): (r[2], r[3]) for r in conn.execute(
+        "SELECT tbl, row_id, msg_from, msg_to FROM journal WHERE chat_id = ? AND before IS NULL"
+        " AND tbl IN ('nodes', 'edges')", (chat_id,))}
