@@ -851,7 +851,8 @@ async def test_websocket_hello_ping_and_progress(client):
     assert extract, progress
     last = extract[-1]
     assert last["done"] == last["total"] == len(MESSAGES)
-    assert set(last) == {"type", "task", "chat_id", "done", "total", "eta_s"}
+    assert set(last) == {"type", "task", "chat_id", "done", "total", "eta_s", "embedded", "embed_total", "working"}
+    assert last["working"] is False and last["embedded"] == last["embed_total"] > 0
     assert all(0 < m["done"] <= m["total"] for m in extract)
     await ws.close()
     await settle(sc_of(client), "c1")

@@ -28,6 +28,7 @@ from .usecases.housekeeping import Housekeeping
 from .usecases.memories import Memories
 from .usecases.memory_llm import MemoryLLM
 from .usecases.processing import ChatProcessor
+from .usecases.progress import ProgressTracker
 from .usecases.recall import Recall
 from .usecases.scheduler import DnaScheduler
 from .usecases.settings import SettingsService, open_settings
@@ -58,13 +59,15 @@ class Services:
         self.memory_llm = MemoryLLM(settings, self.relay)
         self.settings_service = SettingsService(store, settings)
         self.embedding = Embedding(store, settings, self.embeddings, self.indexes, self.live)
-        self.processor = ChatProcessor(store, settings, self.embedding, self.memory_llm, self.live, self.worker.wake)
+        self.progress = ProgressTracker(store, self.live, lambda: self.embeddings.id)
+        self.processor = ChatProcessor(store, settings, self.embedding, self.memory_llm, self.live, self.worker.wake,
+                                       self.progress)
         self.sync = ChatSync(store, settings, self.indexes, self.live, self.worker.wake)
-        self.chats = Chats(store, self.embeddings, self.indexes, self.worker.wake)
+        self.chats = Chats(store, settings, self.embeddings, self.indexes, self.worker.wake, self.progress)
         self.memories = Memories(store, self.indexes, self.embedding)
         self.recall = Recall(store, settings, self.embeddings, self.indexes, self.memory_llm)
         self.transfer = Transfer(store, settings, self.indexes, self.embedding, self.live, self.worker.wake)
-        self.health = Health(store, self.embedding, self.memory_llm, self.live)
+        self.health = Health(store, self.embedding, self.memory_llm, self.live, self.progress)
         self.dna = DnaMemory(store, settings, self.embeddings, self.embedding.index_changes, clock)
         self.dna_assets = DnaAssets(store)
         self.dna_scheduler = DnaScheduler(store, settings, self.dna)
@@ -76,7 +79,7 @@ class Services:
         self.settings_service.validators.append(self.memory_llm.validate)
         self.settings_service.listeners += [self.embedding.on_settings, self.processor.on_settings]
         self.relay.on_connect.append(self.processor.resume_parked)
-        self.chats.on_delete += [self.recall.forget_chat, settings.forget_chat]
+        self.chats.on_delete += [self.recall.forget_chat, settings.forget_chat, self.progress.forget]
         self._tasks: list[asyncio.Task] = []
         self._closed = False
 
