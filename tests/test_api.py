@@ -720,6 +720,21 @@ async def test_cors_origins_is_a_setting(client):
     assert pre.status == 403
 
 
+async def test_extra_cors_origins_keep_the_defaults(client):
+    lan = "http://192.168.1.10:8000"
+    await ok_json(await client.put("/v1/settings", json={"settings": {"server.extra_cors_origins": [lan]}}))
+    for origin in (lan, ST_ORIGIN, "http://localhost:8000"):
+        resp = await client.get("/health", headers={"Origin": origin})
+        assert resp.headers["Access-Control-Allow-Origin"] == origin
+        pre = await client.options("/v1/settings", headers={"Origin": origin, "Access-Control-Request-Method": "PUT"})
+        assert pre.status == 204
+    pre = await client.options("/v1/settings", headers={"Origin": "http://evil.example",
+                                                       "Access-Control-Request-Method": "PUT"})
+    assert pre.status == 403
+    settings = (await ok_json(await client.get("/v1/settings")))["settings"]
+    assert settings["server.cors_origins"] == ["http://127.0.0.1:8000", "http://localhost:8000"]
+
+
 # -- auth -----------------------------------------------------------------------------------------
 def test_non_loopback_without_token_is_refused(tmp_path):
     with pytest.raises(StbmeError, match="token"):

@@ -92,6 +92,9 @@ SETTINGS: tuple[Setting, ...] = (
     # server
     S("server.cors_origins", ["http://127.0.0.1:8000", "http://localhost:8000"], "list",
       "Browser origins (the SillyTavern page) allowed to call the sidecar directly."),
+    S("server.extra_cors_origins", [], "list",
+      "More browser origins allowed besides server.cors_origins, e.g. SillyTavern opened at "
+      "http://192.168.1.10:8000. Adding one here keeps the default origins."),
     S("server.max_body_bytes", 32 * 1024 * 1024, "int", "Largest request body accepted, in bytes.",
       min=1024, max=1024 * 1024 * 1024, restart=True),
     S("server.max_sync_messages", 2000, "int", "Most messages one sync request may carry.", min=1, max=100000),

@@ -41,7 +41,10 @@ DATABASE = "stbme.sqlite3"
 
 class Services:
     """Everything one data directory runs on. `open()` builds it; `start()` starts the background tasks
-    (the server does, the CLI does not); `close()` stops them and closes the store."""
+    (the server does; the CLI starts only the job worker, and only to process what it brings in);
+    `close()` stops them and closes the store."""
+
+    remote = False   # the CLI also runs against a server's API (cli/remote.py), which says True
 
     def __init__(self, data_dir: Path, store: Store, settings: config.Settings, embedder: Embedder, *,
                  clock: Callable[[], float] = time.time):
@@ -101,6 +104,16 @@ class Services:
     def setting(self, chat_id: str | None = None) -> Callable[[str], Any]:
         """A chat's effective settings, as a function of the name."""
         return lambda name: self.settings.get(name, chat_id)
+
+    async def chat_settings(self, chat_id: str | None) -> dict[str, Any]:
+        """The effective settings (of a chat), secrets masked."""
+        return self.settings.all(chat_id)
+
+    async def start_worker(self) -> None:
+        """Run the job worker alone (the CLI, while it brings a chat in: no schedulers, no hub). Nobody
+        else has the directory open, so jobs a crash left running are resumed."""
+        await self.worker.resume_interrupted()
+        self._tasks.append(asyncio.create_task(self.worker.run(), name="stbme-worker"))
 
     async def start(self) -> None:
         """Resume interrupted jobs; start the worker, housekeeping, warm-up, DNA scheduler and hub heartbeat."""

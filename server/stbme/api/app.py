@@ -33,7 +33,8 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
                          "--token or STBME_TOKEN (the extension then sends it)", status=500)
     svc = services or Services.open(data_dir, embedder=embedder, cli_settings=cli_settings)
     app = web.Application(
-        middlewares=[cors_middleware(lambda: svc.settings["server.cors_origins"]), error_middleware,
+        middlewares=[cors_middleware(lambda: [*svc.settings["server.cors_origins"],
+                                              *svc.settings["server.extra_cors_origins"]]), error_middleware,
                      auth_middleware(token or "", query_token_paths=("/v1/ws",))],
         client_max_size=svc.settings["server.max_body_bytes"],
     )
