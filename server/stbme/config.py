@@ -142,6 +142,11 @@ SETTINGS: tuple[Setting, ...] = (
     S("recall.recent_turns", 2, "int", "Recent chat turns blended into the recall query.", min=0, max=20),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
+    S("recall.in_prompt_tokens", 1000, "int",
+      "Skip memories of the greeting (the messages before the user's first) while the whole chat is shorter "
+      "than this many tokens: SillyTavern drops the oldest messages only when the context is full, so the "
+      "greeting of a short chat is in the prompt already. Keep it below the chat history your context holds; "
+      "0 = off.", min=0, max=1_000_000, per_chat=True),
     S("recall.language", "auto", "choice", "Language of the block's section headings.",
       choices=("auto", "en", "zh"), per_chat=True),
     # injection (used by the extension)
