@@ -276,6 +276,27 @@ async def test_dead_llm_degrades_then_the_batches_are_redone(llm_sc, fake):
     assert live == fresh
 
 
+@pytest.mark.parametrize("fault, words, not_words", [
+    ("garbage", "the memory LLM answered, but not with JSON the sidecar can read", "unreachable"),
+    ("dead", "the memory LLM is unreachable", "not with JSON"),
+])
+async def test_the_notice_says_what_went_wrong(llm_sc, fake, fault, words, not_words):
+    queue = llm_sc.live.subscribe()
+    if fault == "garbage":
+        fake.garbage_tasks = {"extract"}
+    else:
+        fake.statuses = [500] * 1000
+    await full_sync(llm_sc, "c", make_chat(random.Random(3), 1))
+    await llm_sc.processor.process_chat("c")
+    notices = []
+    while not queue.empty():
+        message = queue.get_nowait()
+        if message["type"] == "notice" and message["level"] == "warning":
+            notices.append(message["message"])
+    assert notices and words in notices[0] and not_words not in notices[0], notices
+    assert "got memories without it" in notices[0]
+
+
 async def test_garbage_json_is_retried_with_a_reminder(llm_sc, fake):
     fake.garbage = 1
     snap = await ingest(llm_sc, "c", make_chat(random.Random(8), 1))

@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from ..config import Settings
 from ..graph.changes import ChangeSet
 from ..live import LiveHub
-from ..llm.base import LLMError
+from ..llm.base import LLMError, failure_kind
 from ..llm.health import LLMHealth
 from ..store import Store
 from ..store.queries import message_count
@@ -211,7 +211,8 @@ class BatchRunner:
         its heuristic memories and directives, and the batch is redone once the LLM answers again."""
         degrade = ctx.setting("llm.degrade_when_down")
         if degrade and self.llm_health.down():
-            ctx.degraded = "the LLM failed moments ago"  # do not wait on it again for every batch
+            # Do not wait on it again for every batch.
+            what, ctx.degraded = "the memory LLM is paused", "it failed moments ago; it is tried again later"
         else:
             try:
                 for stage in stages:
@@ -221,12 +222,11 @@ class BatchRunner:
                 if not degrade:
                     raise
                 self.llm_health.mark_down()
-                ctx.degraded = exc.message
+                what, ctx.degraded = failure_kind(exc), exc.message
         active = [s for s in stages if not getattr(s, "needs_llm", False)]
         ctx.data.clear()
         for stage in active:
             await stage.prepare(ctx)
-        self.live.notice("warning", f"the memory LLM is unreachable ({ctx.degraded}); messages "
-                         f"{ctx.start}-{ctx.end} got memories without it, and will be redone when it answers",
-                         ctx.chat_id)
+        self.live.notice("warning", f"{what} ({ctx.degraded}); messages {ctx.start}-{ctx.end} got memories "
+                         "without it, and will be redone when it works again", ctx.chat_id)
         return active
