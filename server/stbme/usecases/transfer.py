@@ -13,10 +13,11 @@ from ..interop import formats
 from ..live import LiveHub
 from ..store import Store
 from ..store.events import record_event
-from ..store.queries import chat_graph, clear_chat_memories, message_count
+from ..store.queries import chat_graph, chat_row, clear_chat_memories, message_count
 from .embedding import Embedding
 
 IMPORT_MODES = ("merge", "replace")
+EXPORT_FORMATS = ("stbme", "st-bme")
 
 
 class Transfer:
@@ -26,9 +27,20 @@ class Transfer:
         self.embedding = embedding
         self.live = live
 
-    async def export_chat(self, chat_id: str) -> dict:
-        nodes, edges = await self.store.read(lambda conn: chat_graph(conn, chat_id))
-        return formats.export_document(chat_id, [node_from_row(r) for r in nodes], [edge_from_row(r) for r in edges])
+    async def export_chat(self, chat_id: str, fmt: str = "stbme") -> dict:
+        """The chat's memories in our format, or (fmt "st-bme") as a graph the original extension loads."""
+        if fmt not in EXPORT_FORMATS:
+            raise BadRequest(f"'format' must be one of {', '.join(EXPORT_FORMATS)}", field="format")
+
+        def read(conn):
+            chat = chat_row(conn, chat_id)
+            return chat_graph(conn, chat_id), chat["processed_upto"] if chat else -1
+
+        (nodes, edges), upto = await self.store.read(read)
+        nodes, edges = [node_from_row(r) for r in nodes], [edge_from_row(r) for r in edges]
+        if fmt == "st-bme":
+            return formats.to_stbme_extension(nodes, edges, upto)
+        return formats.export_document(chat_id, nodes, edges)
 
     async def import_chat(self, chat_id: str, doc: Any, mode: str = "merge",
                           progress: Callable[[int, int], None] | None = None) -> dict:
