@@ -29,6 +29,7 @@ from ..pipeline.batch import BaseStage, BatchContext
 from ..store import Store
 from ..store.events import record_event
 from . import assets, repair
+from .dynamics import DIRECTIVE_START_WEIGHT
 from .signals import SIGNAL_TYPES, Signal, best_per_unit, extract_signals
 from .strategy import Strategy
 
@@ -155,6 +156,7 @@ class SignalStage(BaseStage):
                                if a["op"] == "create_directive" and "importance" in a), DEFAULT_IMPORTANCE[sig.type])
             cs.insert_node(Node(
                 id=plan.node_id, chat_id=cs.chat_id, type=sig.type, fields=fields, importance=importance,
+                weight=DIRECTIVE_START_WEIGHT,
                 seq_from=sig.index, seq_to=sig.index, tags=["dna"] + (["ooc"] if sig.ooc else []),
                 embedding=np.asarray(plan.vector, dtype=np.float32), embedder=embedder_id, text_hash=text_hash(text),
                 evolution=[{"kind": "signal", "confidence": sig.confidence, "pattern": sig.pattern,
