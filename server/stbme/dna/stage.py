@@ -2,7 +2,7 @@
 
 - `prepare`: find the signals in the batch's user messages, keep those the chat's strategy remembers,
   embed them, and decide each one against the directives made before the batch: a duplicate (same type,
-  last hour, cosine >= 0.9) reinforces the old memory; otherwise the best gene (GEP scoring) says what to
+  last hour, cosine > 0.9) reinforces the old memory; otherwise the best gene (GEP scoring) says what to
   do, usually create a directive; a correction or error like one of the last 7 days is a repair loop.
 - `apply`: write those decisions through the batch's ChangeSet, so a rollback undoes them exactly.
 - `after`: corrections fix the memory they contradict (nearest neighbours that contain the corrected
