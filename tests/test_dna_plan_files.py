@@ -222,3 +222,9 @@ async def test_the_plans_actions_through_the_gene_api(client):
     sc = client.server.app[services_key]
     [event] = await sc.dna_assets.events(kind="gene_create")
     assert event["data"]["gene_id"] == gene["id"]
+
+
+def test_an_unwritable_directory_is_a_clear_error(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    out = cli("dna", "export-assets", tmp_path / "a-file" / "memory", "--data-dir", tmp_path / "data", expect=1)
+    assert "cannot write to" in out and "a-file" in out

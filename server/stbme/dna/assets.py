@@ -213,7 +213,7 @@ def _count(body: dict, key: str, kind: type) -> float:
     value = body[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e12 or (
             kind is int and value != int(value)):
-        raise BadRequest(f"'{key}' must be a {'whole ' if kind is int else ''}number from 0", field=key)
+        raise BadRequest(f"'{key}' must be " + ("a whole number from 0" if kind is int else "unix seconds"), field=key)
     return kind(value)
 
 

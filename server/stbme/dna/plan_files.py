@@ -161,6 +161,8 @@ def _load_json(path: Path) -> Any:
         return orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"{path.name} is not valid JSON: {exc}", field=path.name) from None
+    except OSError as exc:
+        raise BadRequest(f"cannot read {path}: {exc.strerror or exc}", field=path.name) from None
 
 
 def read_dir(directory: Path) -> PlanBundle:
@@ -176,17 +178,25 @@ def read_dir(directory: Path) -> PlanBundle:
     if capsules.is_file():
         parse_capsules(_load_json(capsules), bundle)
     if events.is_file():
-        with events.open("rb") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{EVENTS_FILE} line {number}"
-                try:
-                    raw = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise BadRequest(f"{where} is not valid JSON: {exc}", field=EVENTS_FILE) from None
-                bundle.events.append(parse_event(raw, where))
+        try:
+            _read_events(events, bundle)
+        except OSError as exc:
+            raise BadRequest(f"cannot read {events}: {exc.strerror or exc}", field=EVENTS_FILE) from None
     return bundle
+
+
+def _read_events(events: Path, bundle: PlanBundle) -> None:
+    """events.jsonl a line at a time (blank lines skipped); a bad line is a 400 naming its number."""
+    with events.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{EVENTS_FILE} line {number}"
+            try:
+                raw = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(f"{where} is not valid JSON: {exc}", field=EVENTS_FILE) from None
+            bundle.events.append(parse_event(raw, where))
 
 
 class AtomicFile:

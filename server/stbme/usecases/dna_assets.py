@@ -126,15 +126,18 @@ class DnaAssets:
     async def export_plan_dir(self, directory: Path, *, chat_id: str | None = None) -> dict:
         """Write genes.json, capsules.json and events.jsonl (every event, or one chat's) into `directory`."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         data = await self.plan_assets()
-        plan_files.write_json(directory / plan_files.GENES_FILE, data["genes"])
-        plan_files.write_json(directory / plan_files.CAPSULES_FILE, data["capsules"])
         events = 0
-        with plan_files.AtomicFile(directory / plan_files.EVENTS_FILE) as f:
-            async for page in self.event_lines(plan=True, chat_id=chat_id):
-                f.write(page)
-                events += page.count(b"\n")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            plan_files.write_json(directory / plan_files.GENES_FILE, data["genes"])
+            plan_files.write_json(directory / plan_files.CAPSULES_FILE, data["capsules"])
+            with plan_files.AtomicFile(directory / plan_files.EVENTS_FILE) as f:
+                async for page in self.event_lines(plan=True, chat_id=chat_id):
+                    f.write(page)
+                    events += page.count(b"\n")
+        except OSError as exc:
+            raise BadRequest(f"cannot write to {directory}: {exc.strerror or exc}", field="dir") from None
         return {"genes": len(data["genes"]), "capsules": len(data["capsules"]), "events": events,
                 "dir": str(directory)}
 
