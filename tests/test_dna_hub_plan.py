@@ -121,6 +121,22 @@ async def test_a_hub_answering_null_or_another_gene_is_refused(aiohttp_server, a
     assert (await a.get("/v1/dna/genes/gene_other")).status == 404
 
 
+async def test_a_hub_that_wraps_the_gene_still_works(aiohttp_server, aiohttp_client, tmp_path):
+    """`stbme hub` before it spoke the plan answered `{"ok", "gene", "published_by", "published_at"}`."""
+    async def fetch(request):
+        return web.json_response({"ok": True, "gene": {**PLAN_GENE, "id": request.match_info["gene_id"]},
+                                  "published_by": "old-node", "published_at": 1.0})
+
+    app = web.Application()
+    app.router.add_get("/genes/{gene_id}", fetch)
+    hub = await aiohttp_server(app)
+    a = await sidecar(aiohttp_client, tmp_path / "a", str(hub.make_url("")).rstrip("/"), "node-a")
+    resp = await a.post("/v1/dna/hub/fetch/genes/gene_wrapped")
+    assert resp.status == 200 and (await resp.json())["gene"]["triggers"] == PLAN_GENE["triggers"]
+    [event] = await a.server.app[services_key].dna_assets.events(kind="hub_fetch")
+    assert event["data"]["published_by"] == "old-node"
+
+
 # -- the plan's client against `stbme hub` ----------------------------------------------------------
 class PlanNetwork:
     """The plan's MemoryNetwork (lines 325-395) with aiohttp in place of requests."""
