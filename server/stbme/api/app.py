@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import WSCloseCode, web
 
+from ..authority.routes import setup_authority_routes
 from ..embed import Embedder
 from ..errors import StbmeError
 from ..live import PollSessions
@@ -45,6 +46,7 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
     setup_routes(app)
     setup_live_routes(app)
     setup_dna_routes(app)
+    setup_authority_routes(app, svc.authority)
 
     async def lifecycle(app: web.Application):
         await svc.start()
