@@ -3,6 +3,7 @@ ST-BME's Authority client does (session/init once, then the session header on ev
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from stbme.app import create_app
@@ -53,3 +54,23 @@ async def http(aiohttp_client, tmp_path, embedder):
 @pytest.fixture
 async def authority(http):
     return AuthorityClient(http)
+
+
+# Trivium items: deterministic vectors and ST-BME-like payloads whose texts share a few words.
+NS = "st-bme::chat 1 @ 灯塔"
+WORDS = ["lighthouse", "silver", "key", "oak", "harbour", "dragon", "umbrella", "mountain", "vault", "letter"]
+
+
+def vec(i: int, dim: int = 16) -> list[float]:
+    rng = np.random.default_rng(i)
+    return rng.standard_normal(dim).astype(np.float32).tolist()
+
+
+def item(i: int, namespace: str = NS, dim: int = 16, **payload) -> dict:
+    text = f"{WORDS[i % len(WORDS)]} memory number {i}"
+    return {"externalId": f"node-{i:03d}", "namespace": namespace, "vector": vec(i, dim),
+            "payload": {"nodeId": f"node-{i:03d}", "text": text, "archived": False, **payload}}
+
+
+async def upsert(client, items, **extra):
+    return await client.call("/trivium/bulk-upsert", {"database": "st_bme_vectors", "items": items, **extra})

@@ -3,9 +3,8 @@ requeue, timeouts, and the trivium.reindex job really rebuilding the indexes."""
 
 from __future__ import annotations
 
-from authority_fixtures import AuthorityClient, authority, http  # noqa: F401
+from authority_fixtures import NS, AuthorityClient, authority, http, item, upsert, vec  # noqa: F401
 from conftest import wait_for
-from test_authority_trivium import NS, item, upsert, vec
 
 
 async def finished(client, job_id: str, status: str = "completed") -> dict:

@@ -3,31 +3,11 @@ HNSW + BM25 search over a whole database, and caches that survive restarts and r
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from authority_fixtures import AuthorityClient, authority, http  # noqa: F401
+from authority_fixtures import NS, WORDS, AuthorityClient, authority, http, item, upsert, vec  # noqa: F401
 from stbme.app import create_app
 from stbme.authority.routes import authority_key
-
-NS = "st-bme::chat 1 @ 灯塔"
-WORDS = ["lighthouse", "silver", "key", "oak", "harbour", "dragon", "umbrella", "mountain", "vault", "letter"]
-
-
-def vec(i: int, dim: int = 16) -> list[float]:
-    rng = np.random.default_rng(i)
-    return rng.standard_normal(dim).astype(np.float32).tolist()
-
-
-def item(i: int, namespace: str = NS, dim: int = 16, **payload) -> dict:
-    text = f"{WORDS[i % len(WORDS)]} memory number {i}"
-    return {"externalId": f"node-{i:03d}", "namespace": namespace, "vector": vec(i, dim),
-            "payload": {"nodeId": f"node-{i:03d}", "text": text, "archived": False, **payload}}
-
-
-async def upsert(client, items, **extra):
-    return await client.call("/trivium/bulk-upsert", {"database": "st_bme_vectors", "items": items, **extra})
-
 
 async def test_upsert_search_and_duplicate_ids(authority):
     items = [item(i) for i in range(20)]

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ..errors import BadRequest, NotFound, PayloadTooLarge
-from . import checks
+from . import wire
 from .databases import StoreSet
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -40,7 +40,7 @@ MIGRATIONS = [("b001_files", _create)]
 
 def normalize_path(value: Any, field: str = "path") -> str:
     """The canonical form of a private-file path, or a 400 naming what is wrong with it."""
-    raw = checks.text(value, field, max_chars=MAX_PATH_CHARS * 2)
+    raw = wire.text(value, field, max_chars=MAX_PATH_CHARS * 2)
     path = re.sub(r"^authority://private/", "", raw.strip().replace("\\", "/"), flags=re.IGNORECASE)
     path = re.sub(r"/+", "/", path).strip("/")
     if not path:
@@ -65,8 +65,8 @@ def normalize_path(value: Any, field: str = "path") -> str:
 
 
 def _entry(path: str, size: int, sha256: str, created: float, updated: float) -> dict:
-    return {"path": path, "sizeBytes": size, "etag": sha256[:32], "createdAt": _iso(created),
-            "updatedAt": _iso(updated), "kind": "file"}
+    return {"path": path, "sizeBytes": size, "etag": sha256[:32], "createdAt": wire.iso_time(created),
+            "updatedAt": wire.iso_time(updated), "kind": "file"}
 
 
 def _decode(body: dict) -> bytes:
@@ -94,7 +94,7 @@ class PrivateFiles:
         return await self.stores.get("files")
 
     async def write(self, body: Any) -> dict:
-        body = checks.body_object(body)
+        body = wire.body_object(body)
         path = normalize_path(body.get("path"))
         data = _decode(body)
         if len(data) > MAX_FILE_BYTES:
@@ -130,7 +130,7 @@ class PrivateFiles:
             lambda conn: conn.execute(f"SELECT {cols} FROM files WHERE path = ?", (path,)).fetchone())
 
     async def read(self, body: Any) -> dict:
-        body = checks.body_object(body)
+        body = wire.body_object(body)
         path = normalize_path(body.get("path"))
         row = await self._row(path, content=True)
         if row is None:
@@ -151,7 +151,7 @@ class PrivateFiles:
         return {"entry": entry, "content": text, "encoding": "utf8"}
 
     async def stat(self, body: Any) -> dict:
-        path = normalize_path(checks.body_object(body).get("path"))
+        path = normalize_path(wire.body_object(body).get("path"))
         row = await self._row(path, content=False)
         if row is None:
             raise NotFound(f"no private file {path!r}", field="path")
@@ -159,7 +159,7 @@ class PrivateFiles:
                 "exists": True}
 
     async def delete(self, body: Any) -> dict:
-        body = checks.body_object(body)
+        body = wire.body_object(body)
         path = normalize_path(body.get("path"))
         recursive = body.get("recursive") is True
         if not self.stores.exists("files"):
@@ -180,6 +180,3 @@ class PrivateFiles:
     def close(self) -> None:
         self.stores.close()
 
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"

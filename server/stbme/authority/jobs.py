@@ -21,7 +21,7 @@ import orjson
 from ..errors import BadRequest, Conflict, NotFound, StbmeError
 from ..store import Store
 from ..store.jobs import enqueue_job
-from . import checks
+from . import wire
 from .sessions import Session
 
 log = logging.getLogger("stbme.authority.jobs")
@@ -51,9 +51,6 @@ def _owner(session: Session) -> str:
     return f"authority:{session.extension_key}"
 
 
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
 
 def record(row) -> dict:
     """A jobs row as an Authority job record."""
@@ -64,12 +61,12 @@ def record(row) -> dict:
             "idempotencyKey": meta.get("idempotencyKey"), "queue": "stbme", "attempts": row["attempts"],
             "maxAttempts": meta.get("maxAttempts", 1), "timeoutMs": meta.get("timeoutMs"),
             "payload": meta.get("input", {}), "result": meta.get("result"),
-            "createdAt": _iso(row["created_at"]), "updatedAt": _iso(row["updated_at"])}
+            "createdAt": wire.iso_time(row["created_at"]), "updatedAt": wire.iso_time(row["updated_at"])}
 
 
 async def delay(ctx: JobContext) -> dict:
     """The `delay` job: wait durationMs (at most a minute), then answer with the given message."""
-    duration = checks.integer(ctx.input.get("durationMs"), "payload.durationMs", lo=0, hi=MAX_DELAY_MS, default=0)
+    duration = wire.integer(ctx.input.get("durationMs"), "payload.durationMs", lo=0, hi=MAX_DELAY_MS, default=0)
     started = time.monotonic()
     try:
         await asyncio.wait_for(ctx.cancelled.wait(), duration / 1000)
@@ -91,19 +88,19 @@ class AuthorityJobs:
         return sorted(self.handlers)
 
     async def create(self, session: Session, body: Any) -> dict:
-        body = checks.body_object(body)
-        type_ = checks.text(body.get("type", body.get("kind")), "type", max_chars=128)
+        body = wire.body_object(body)
+        type_ = wire.text(body.get("type", body.get("kind")), "type", max_chars=128)
         if type_ not in self.handlers:
             raise BadRequest(f"job type {type_!r} is not supported here; supported: {', '.join(self.types)}",
                              field="type")
-        payload = checks.optional_object(body.get("payload"), "payload")
+        payload = wire.optional_object(body.get("payload"), "payload")
         if len(orjson.dumps(payload)) > MAX_PAYLOAD_BYTES:
             raise BadRequest(f"'payload' is larger than {MAX_PAYLOAD_BYTES} bytes", field="payload")
         key = body.get("idempotencyKey") or payload.get("idempotencyKey")
-        key = checks.text(key, "idempotencyKey") if key else None
+        key = wire.text(key, "idempotencyKey") if key else None
         meta = {"extension": session.extension_id, "type": type_, "input": payload, "idempotencyKey": key,
-                "timeoutMs": checks.integer(body.get("timeoutMs"), "timeoutMs", lo=0, hi=MAX_TIMEOUT_MS, default=0),
-                "maxAttempts": checks.integer(body.get("maxAttempts"), "maxAttempts", lo=1, hi=1000, default=1),
+                "timeoutMs": wire.integer(body.get("timeoutMs"), "timeoutMs", lo=0, hi=MAX_TIMEOUT_MS, default=0),
+                "maxAttempts": wire.integer(body.get("maxAttempts"), "maxAttempts", lo=1, hi=1000, default=1),
                 "chatId": payload.get("chatId") if isinstance(payload.get("chatId"), str) else None,
                 "progress": 0.0, "result": None}
         owner = _owner(session)
@@ -135,13 +132,13 @@ class AuthorityJobs:
         return {"job": record(await self._row(session, job_id))}
 
     async def list(self, session: Session, body: Any) -> dict:
-        body = checks.body_object(body)
-        page = checks.optional_object(body.get("page"), "page")
-        limit = checks.integer(page.get("limit"), "page.limit", lo=1, hi=100, default=20)
+        body = wire.body_object(body)
+        page = wire.optional_object(body.get("page"), "page")
+        limit = wire.integer(page.get("limit"), "page.limit", lo=1, hi=100, default=20)
         cursor = page.get("cursor")
         if cursor not in (None, "") and not (isinstance(cursor, str) and cursor.isdigit()):
             raise BadRequest("'page.cursor' is not a cursor from jobs/list", field="page.cursor")
-        filters = checks.optional_object(body.get("filter"), "filter")
+        filters = wire.optional_object(body.get("filter"), "filter")
         sql = "SELECT * FROM jobs WHERE chat_id = ? AND id < ?"
         params: list = [_owner(session), int(cursor) if cursor else 2 ** 62]
         for key, column in (("chatId", "$.chatId"), ("type", "$.type")):

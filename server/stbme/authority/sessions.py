@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import BadRequest, StbmeError, Unauthorized
 from ..hashing import chat_file_key
-from . import checks
+from . import wire
 
 SESSION_HEADER = "x-authority-session-token"
 SESSION_IDLE_S = 24 * 3600
@@ -58,8 +58,8 @@ class Session:
 
     def to_json(self) -> dict:
         return {"extensionId": self.extension_id, "displayName": self.display_name, "version": self.version,
-                "declaredPermissions": sorted(self.declared), "createdAt": _iso(self.created_at),
-                "expiresAt": _iso(self.last_seen + SESSION_IDLE_S)}
+                "declaredPermissions": sorted(self.declared), "createdAt": wire.iso_time(self.created_at),
+                "expiresAt": wire.iso_time(self.last_seen + SESSION_IDLE_S)}
 
 
 def flatten_permissions(declared: Any, prefix: str = "") -> set[str]:
@@ -88,8 +88,8 @@ class Sessions:
 
     def open(self, body: Any) -> Session:
         """A new session for the extension named in the session/init body."""
-        body = checks.body_object(body)
-        extension_id = checks.text(body.get("extensionId"), "extensionId", max_chars=128)
+        body = wire.body_object(body)
+        extension_id = wire.text(body.get("extensionId"), "extensionId", max_chars=128)
         if any(ord(c) < 32 for c in extension_id):
             raise BadRequest("'extensionId' contains control characters", field="extensionId")
         declared = body.get("declaredPermissions")
@@ -130,13 +130,13 @@ class Sessions:
 
 def evaluate(session: Session, body: Any, job_types: list[str]) -> list[dict]:
     """Decide each {resource, target} request: granted when it is served here and was declared."""
-    body = checks.body_object(body)
-    requests = checks.array(body.get("requests", []), "requests", max_items=MAX_PERMISSION_REQUESTS)
+    body = wire.body_object(body)
+    requests = wire.array(body.get("requests", []), "requests", max_items=MAX_PERMISSION_REQUESTS)
     results = []
     for i, request in enumerate(requests):
         if not isinstance(request, dict):
             raise BadRequest(f"'requests[{i}]' must be an object", field=f"requests[{i}]")
-        resource = checks.text(request.get("resource"), f"requests[{i}].resource", max_chars=128)
+        resource = wire.text(request.get("resource"), f"requests[{i}].resource", max_chars=128)
         target = request.get("target")
         if resource not in RESOURCES:
             decision, reason = "denied", f"{resource} is not served by this Authority bridge"
@@ -149,6 +149,3 @@ def evaluate(session: Session, body: Any, job_types: list[str]) -> list[dict]:
         results.append({"resource": resource, "target": target, "decision": decision, "reason": reason})
     return results
 
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

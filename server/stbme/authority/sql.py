@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadRequest
-from . import checks
+from . import wire
 from .databases import StoreSet
 from .sql_shapes import Refused, Statement, create_catalogue, parse
 
@@ -27,7 +27,7 @@ INT64 = 2 ** 63
 def _params(value: Any, field: str) -> list:
     if value is None:
         return []
-    params = checks.array(value, field, max_items=MAX_PARAMS)
+    params = wire.array(value, field, max_items=MAX_PARAMS)
     out = []
     for i, v in enumerate(params):
         if isinstance(v, bool):
@@ -85,8 +85,8 @@ class SqlDatabases:
         self.stores = StoreSet(directory, MIGRATIONS, limit=MAX_DATABASES, what="SQL")
 
     async def query(self, body: Any) -> dict:
-        body = checks.body_object(body)
-        database = checks.name(body.get("database"), "database", "default")
+        body = wire.body_object(body)
+        database = wire.name(body.get("database"), "database", "default")
         shape, params = _statement(body)
         if shape.writes:
             raise Refused("sql/query runs SELECT statements; send writes to sql/exec or sql/transaction",
@@ -96,16 +96,16 @@ class SqlDatabases:
         return {"database": database, **result}
 
     async def exec(self, body: Any) -> dict:
-        body = checks.body_object(body)
-        database = checks.name(body.get("database"), "database", "default")
+        body = wire.body_object(body)
+        database = wire.name(body.get("database"), "database", "default")
         shape, params = _statement(body)
         store = await self.stores.get(database)
         return {"database": database, **await store.write(lambda conn: _run(conn, shape, params, "statement"))}
 
     async def transaction(self, body: Any) -> dict:
-        body = checks.body_object(body)
-        database = checks.name(body.get("database"), "database", "default")
-        entries = checks.array(body.get("statements"), "statements", max_items=MAX_STATEMENTS)
+        body = wire.body_object(body)
+        database = wire.name(body.get("database"), "database", "default")
+        entries = wire.array(body.get("statements"), "statements", max_items=MAX_STATEMENTS)
         # Every statement is checked before the first one runs: a refusal writes nothing.
         checked = [_statement(e, f"statements[{i}]") for i, e in enumerate(entries)]
         store = await self.stores.get(database)

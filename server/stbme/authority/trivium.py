@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from ..errors import BadRequest, NotFound
-from . import checks
+from . import wire
 from . import trivium_store as ts
 from .databases import StoreSet
 from .trivium_index import TriviumCaches
@@ -39,8 +39,8 @@ TEXT_FIELDS = ("text", "title", "name", "summaryPreview")
 def _ref(value: Any, field: str, default_namespace: str | None = None) -> tuple[str, str]:
     if not isinstance(value, dict):
         raise BadRequest(f"'{field}' must be an object {{externalId, namespace}}", field=field)
-    external_id = checks.text(value.get("externalId", value.get("id")), f"{field}.externalId")
-    namespace = checks.text(value.get("namespace") or default_namespace, f"{field}.namespace")
+    external_id = wire.text(value.get("externalId", value.get("id")), f"{field}.externalId")
+    namespace = wire.text(value.get("namespace") or default_namespace, f"{field}.namespace")
     return namespace, external_id
 
 
@@ -91,15 +91,15 @@ class TriviumDatabase:
         self.write_lock = asyncio.Lock()  # SQLite write + cache update, in commit order
 
     async def upsert(self, body: dict) -> dict:
-        dim = checks.integer(body["dim"], "dim", lo=1, hi=MAX_DIM) if body.get("dim") is not None else None
-        raw = checks.array(body.get("items"), "items", max_items=MAX_ITEMS)
+        dim = wire.integer(body["dim"], "dim", lo=1, hi=MAX_DIM) if body.get("dim") is not None else None
+        raw = wire.array(body.get("items"), "items", max_items=MAX_ITEMS)
         latest: dict[tuple[str, str], ts.NewItem] = {}
         for i, item in enumerate(raw):  # a repeated id: the last one wins
             if not isinstance(item, dict):
                 raise BadRequest(f"'items[{i}]' must be an object", field=f"items[{i}]")
             namespace, external_id = _ref(item, f"items[{i}]", body.get("namespace"))
             vector = _vector(item.get("vector"), f"items[{i}].vector", dim)
-            payload = checks.optional_object(item.get("payload"), f"items[{i}].payload")
+            payload = wire.optional_object(item.get("payload"), f"items[{i}].payload")
             if len(orjson.dumps(payload)) > MAX_PAYLOAD_BYTES:
                 raise BadRequest(f"'items[{i}].payload' is larger than {MAX_PAYLOAD_BYTES} bytes",
                                  field=f"items[{i}].payload")
@@ -126,7 +126,7 @@ class TriviumDatabase:
                           for (item_id, _, _), it in zip(written, items)]}
 
     async def delete(self, body: dict) -> dict:
-        raw = checks.array(body.get("items"), "items", max_items=MAX_ITEMS * 2)
+        raw = wire.array(body.get("items"), "items", max_items=MAX_ITEMS * 2)
         refs = [_ref(item, f"items[{i}]", body.get("namespace")) for i, item in enumerate(raw)]
 
         def write(conn):
@@ -141,15 +141,15 @@ class TriviumDatabase:
         return {"successCount": len(found), "deleted": len(found), "missing": len(set(refs)) - len(found)}
 
     async def link(self, body: dict) -> dict:
-        raw = checks.array(body.get("items", body.get("links")), "items", max_items=MAX_LINKS)
+        raw = wire.array(body.get("items", body.get("links")), "items", max_items=MAX_LINKS)
         wanted = {}
         for i, item in enumerate(raw):
             if not isinstance(item, dict):
                 raise BadRequest(f"'items[{i}]' must be an object {{src, dst, label, weight}}", field=f"items[{i}]")
             src = _ref(item.get("src"), f"items[{i}].src", body.get("namespace"))
             dst = _ref(item.get("dst"), f"items[{i}].dst", body.get("namespace"))
-            label = checks.text(item.get("label"), f"items[{i}].label", max_chars=128, default="related")
-            wanted[(src, dst, label)] = checks.number(item.get("weight"), f"items[{i}].weight", default=1.0)
+            label = wire.text(item.get("label"), f"items[{i}].label", max_chars=128, default="related")
+            wanted[(src, dst, label)] = wire.number(item.get("weight"), f"items[{i}].weight", default=1.0)
 
         def write(conn):
             ids = ts.find_ids(conn, [r for src, dst, _ in wanted for r in (src, dst)])
@@ -165,15 +165,15 @@ class TriviumDatabase:
 
     async def search(self, body: dict, hybrid: bool) -> dict:
         vector = _vector(body.get("vector", body.get("queryVector")), "vector")
-        top_k = checks.integer(body.get("topK"), "topK", lo=1, hi=MAX_TOP_K, default=10)
+        top_k = wire.integer(body.get("topK"), "topK", lo=1, hi=MAX_TOP_K, default=10)
         text = body.get("queryText", body.get("text")) if hybrid else None
         if text is not None and not isinstance(text, str):
             raise BadRequest("'queryText' must be a string", field="queryText")
-        alpha = checks.number(body.get("hybridAlpha"), "hybridAlpha", default=DEFAULT_ALPHA)
+        alpha = wire.number(body.get("hybridAlpha"), "hybridAlpha", default=DEFAULT_ALPHA)
         if not 0 <= alpha <= 1:
             raise BadRequest("'hybridAlpha' must be from 0 to 1", field="hybridAlpha")
-        min_score = checks.number(body.get("minScore"), "minScore", default=float("-inf"))
-        wanted = checks.optional_object(body.get("payloadFilter"), "payloadFilter")
+        min_score = wire.number(body.get("minScore"), "minScore", default=float("-inf"))
+        wanted = wire.optional_object(body.get("payloadFilter"), "payloadFilter")
         namespace = body.get("namespace")
         await self.caches.ready()
         # Filters are applied after ranking: look deeper when there are any.
@@ -208,13 +208,13 @@ class TriviumDatabase:
         return {"results": results, "count": len(results)}
 
     async def list_mappings(self, body: dict) -> dict:
-        namespace = checks.text(body.get("namespace"), "namespace")
-        page = checks.optional_object(body.get("page"), "page")
-        limit = checks.integer(page.get("limit"), "page.limit", lo=1, hi=MAX_PAGE, default=100)
-        filters = checks.optional_object(body.get("filters", body.get("where")), "filters")
+        namespace = wire.text(body.get("namespace"), "namespace")
+        page = wire.optional_object(body.get("page"), "page")
+        limit = wire.integer(page.get("limit"), "page.limit", lo=1, hi=MAX_PAGE, default=100)
+        filters = wire.optional_object(body.get("filters", body.get("where")), "filters")
         archived = filters.get("archived") if isinstance(filters.get("archived"), bool) else None
         ids = body.get("candidateIds")
-        ids = [checks.text(v, "candidateIds") for v in checks.array(ids, "candidateIds", max_items=MAX_PAGE)] \
+        ids = [wire.text(v, "candidateIds") for v in wire.array(ids, "candidateIds", max_items=MAX_PAGE)] \
             if ids is not None else None
         query = body.get("query", body.get("searchText"))
         cursor = page.get("cursor")
@@ -256,7 +256,7 @@ class TriviumDatabase:
         return {"mappings": out, "page": {"hasMore": False, "nextCursor": "", "limit": limit}, "rankedBy": "bm25"}
 
     async def resolve(self, body: dict) -> dict:
-        raw = checks.array(body.get("items"), "items", max_items=MAX_ITEMS * 3)
+        raw = wire.array(body.get("items"), "items", max_items=MAX_ITEMS * 3)
         refs = list(dict.fromkeys(_ref(item, f"items[{i}]", body.get("namespace")) for i, item in enumerate(raw)))
         found = await self.store.read(lambda conn: ts.find_ids(conn, refs))
         # ST-BME lists each seed three times: each is answered once.
@@ -264,10 +264,10 @@ class TriviumDatabase:
                 "missing": [{"externalId": r[1], "namespace": r[0]} for r in refs if r not in found]}
 
     async def neighbours(self, body: dict) -> dict:
-        depth = checks.integer(body.get("depth"), "depth", lo=1, hi=MAX_DEPTH, default=1)
-        limit = checks.integer(body.get("limit"), "limit", lo=1, hi=MAX_NEIGHBOURS, default=100)
+        depth = wire.integer(body.get("depth"), "depth", lo=1, hi=MAX_DEPTH, default=1)
+        limit = wire.integer(body.get("limit"), "limit", lo=1, hi=MAX_NEIGHBOURS, default=100)
         if body.get("id") is not None:
-            start = checks.integer(body.get("id"), "id", lo=1, hi=2 ** 62)
+            start = wire.integer(body.get("id"), "id", lo=1, hi=2 ** 62)
         else:
             ref = _ref(body, "body", body.get("namespace"))
             start = (await self.store.read(lambda conn: ts.find_ids(conn, [ref]))).get(ref)
@@ -278,7 +278,7 @@ class TriviumDatabase:
 
     async def stat(self, body: dict, database: str) -> dict:
         namespace = body.get("namespace")
-        namespace = checks.text(namespace, "namespace") if namespace is not None else None
+        namespace = wire.text(namespace, "namespace") if namespace is not None else None
         counts = await self.store.read(lambda conn: ts.stats(conn, namespace))
         # No revision: items carry no graph revision the bridge could vouch for, and ST-BME's audit reports
         # drift only for the fields a server gives. The namespace is named only when the client scoped it.
@@ -314,7 +314,7 @@ class TriviumDatabases:
         self._open: dict[str, TriviumDatabase] = {}
 
     async def get(self, body: dict) -> tuple[str, TriviumDatabase]:
-        name = checks.name(body.get("database"), "database", DEFAULT_DATABASE)
+        name = wire.name(body.get("database"), "database", DEFAULT_DATABASE)
         db = self._open.get(name)
         if db is None:
             store = await self.stores.get(name)
@@ -323,16 +323,16 @@ class TriviumDatabases:
         return name, db
 
     def exists(self, body: dict) -> bool:
-        return self.stores.exists(checks.name(body.get("database"), "database", DEFAULT_DATABASE))
+        return self.stores.exists(wire.name(body.get("database"), "database", DEFAULT_DATABASE))
 
     async def call(self, op: str, body: Any) -> dict:
         """Run one Trivium endpoint (`bulk-upsert`, `search-hybrid`, ...) on the database the body names.
         Reads of a database never written answer empty without creating it."""
-        body = checks.body_object(body)
+        body = wire.body_object(body)
         if op not in OPERATIONS:
             raise NotFound(f"no such Trivium endpoint: trivium/{op}")
         if op in EMPTY and not self.exists(body):
-            checks.name(body.get("database"), "database", DEFAULT_DATABASE)
+            wire.name(body.get("database"), "database", DEFAULT_DATABASE)
             return dict(EMPTY[op])
         name, db = await self.get(body)
         if op == "stat":

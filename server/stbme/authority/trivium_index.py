@@ -23,6 +23,9 @@ log = logging.getLogger("stbme.authority.trivium")
 EMBEDDER = "authority-trivium:client-vectors"  # the vectors come from the client, whatever its model
 BUILD_BATCH = 5000
 MIN_DEAD_SLOTS = 1000
+# Client vectors are often anisotropic (every text close to every other), where a small beam misses
+# neighbours: a wide beam costs a fraction of a millisecond and keeps recall high (scripts/bench_authority.py).
+EF_SEARCH = 400
 
 
 class TriviumCaches:
@@ -63,7 +66,7 @@ class TriviumCaches:
 
     def _load_hnsw(self, dim: int, current: dict[str, int]) -> ChatIndex:
         try:
-            index = ChatIndex.load(self._hnsw_base(dim), embedder_id=EMBEDDER, dim=dim)
+            index = ChatIndex.load(self._hnsw_base(dim), embedder_id=EMBEDDER, dim=dim, ef_search=EF_SEARCH)
         except IndexMismatch as exc:
             log.info("Trivium %s: building the %d-d index (%s)", self.base.name, dim, exc)
             return self._build_hnsw(dim, len(current))
@@ -78,7 +81,7 @@ class TriviumCaches:
         return index
 
     def _build_hnsw(self, dim: int, size: int) -> ChatIndex:
-        index = ChatIndex(dim, EMBEDDER, capacity=size)
+        index = ChatIndex(dim, EMBEDDER, capacity=size, ef_search=EF_SEARCH)
         after = 0
         while True:
             rows = self.store.read_sync(lambda conn, after=after: conn.execute(
@@ -128,7 +131,7 @@ class TriviumCaches:
                 for other_dim, other in self.hnsw.items():  # an item whose dimension changed
                     if other_dim != dim:
                         other.remove([k for k in keys if k in other])
-                index = self.hnsw.get(dim) or ChatIndex(dim, EMBEDDER, capacity=len(keys))
+                index = self.hnsw.get(dim) or ChatIndex(dim, EMBEDDER, capacity=len(keys), ef_search=EF_SEARCH)
                 await asyncio.to_thread(index.upsert, keys, np.vstack([vectors[p] for p in positions]),
                                         [written[p][2] for p in positions])
                 self.hnsw[dim] = index

@@ -1,9 +1,11 @@
-"""Checks for Authority request bodies. Each failure is a 400 that names the field at fault."""
+"""The Authority wire format: checks for request bodies (each failure is a 400 that names the field at
+fault) and the timestamps answers carry."""
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from typing import Any
 
 from ..errors import BadRequest
@@ -77,3 +79,8 @@ def optional_object(value: Any, field: str) -> dict:
     if not isinstance(value, dict):
         raise BadRequest(f"'{field}' must be an object", field=field)
     return value
+
+
+def iso_time(ts: float) -> str:
+    """A unix time as the ISO 8601 UTC text answers carry (milliseconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
