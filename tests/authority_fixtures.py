@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stbme.app import create_app
+from stbme.api import create_app
 
 BASE = "/v1/authority"
 ST_BME_PERMISSIONS = {"storage": {"kv": True, "blob": True}, "fs": {"private": True}, "sql": {"private": True},

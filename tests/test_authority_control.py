@@ -7,7 +7,7 @@ import time
 
 import pytest
 from authority_fixtures import BASE, ERROR_KEYS, AuthorityClient, authority, http  # noqa: F401
-from stbme.app import create_app, sidecar_key
+from stbme.api.app import create_app, services_key
 from stbme.authority.service import FEATURES
 from stbme.authority.sessions import Sessions
 from stbme.errors import Unauthorized
@@ -17,7 +17,7 @@ async def test_probe_advertises_what_is_served(http):
     resp = await http.post(BASE + "/probe")  # ST-BME posts no body
     data = await resp.json()
     assert resp.status == 200 and data["healthy"] is True
-    served = http.server.app[sidecar_key].authority.jobs.handlers
+    served = http.server.app[services_key].authority.jobs.handlers
     assert data["jobs"]["supportedTypes"] == data["supportedJobTypes"] == sorted(served)
     # no vector-rebuild job: the bridge cannot embed in the client's model, so it does not claim to
     assert "authority.vector.rebuild" not in data["supportedJobTypes"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from authority_fixtures import NS, WORDS, AuthorityClient, authority, http, item, upsert, vec  # noqa: F401
-from stbme.app import create_app
-from stbme.authority.routes import authority_key
+from stbme.api.app import create_app, services_key
 
 async def test_upsert_search_and_duplicate_ids(authority):
     items = [item(i) for i in range(20)]
@@ -171,7 +170,7 @@ async def test_indexes_survive_a_restart_and_catch_up(aiohttp_client, tmp_path, 
     client = AuthorityClient(await aiohttp_client(app))
     await upsert(client, [item(i) for i in range(30)])
     await client.call("/trivium/search", {"vector": vec(0), "topK": 1})  # load the caches
-    await app[authority_key].save()
+    await app[services_key].authority.save()
     await upsert(client, [item(i) for i in range(30, 40)])
     await client.call("/trivium/bulk-delete", {"items": [{"externalId": "node-005", "namespace": NS}]})
     # what a crash leaves: files from the save, SQLite ahead of them

@@ -20,14 +20,14 @@ import orjson
 
 from ..errors import BadRequest, Conflict, NotFound, StbmeError
 from ..store import Store
-from ..store.jobs import enqueue_job
+from ..store.jobs import JobState, enqueue_job
 from . import wire
 from .sessions import Session
 
 log = logging.getLogger("stbme.authority.jobs")
 KIND_PREFIX = "authority."
-STATUS = {"pending": "queued", "running": "running", "done": "completed", "failed": "failed",
-          "cancelled": "cancelled"}
+STATUS = {JobState.PENDING: "queued", JobState.RUNNING: "running", JobState.DONE: "completed",
+          JobState.FAILED: "failed", JobState.CANCELLED: "cancelled"}
 MAX_TIMEOUT_MS = 3_600_000
 MAX_ATTEMPTS = 3          # the sidecar worker's own limit; past it a job is settled here, never by the worker
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -108,8 +108,8 @@ class AuthorityJobs:
         def write(conn):
             if key:  # the same key while the first job is alive or done: that job, not a second one
                 row = conn.execute("SELECT * FROM jobs WHERE chat_id = ? AND json_extract(payload, '$.idempotencyKey')"
-                                   " = ? AND state IN ('pending', 'running', 'done') ORDER BY id DESC LIMIT 1",
-                                   (owner, key)).fetchone()
+                                   " = ? AND state IN (?,?,?) ORDER BY id DESC LIMIT 1",
+                                   (owner, key, JobState.PENDING, JobState.RUNNING, JobState.DONE)).fetchone()
                 if row is not None:
                     return row
             job_id = enqueue_job(conn, owner, KIND_PREFIX + type_, meta)
@@ -161,8 +161,8 @@ class AuthorityJobs:
         row = await self._row(session, job_id)
 
         def write(conn):
-            conn.execute("UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE id = ?"
-                         " AND state IN ('pending', 'running')", (time.time(), row["id"]))
+            conn.execute("UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND state IN (?,?)",
+                         (JobState.CANCELLED, time.time(), row["id"], JobState.PENDING, JobState.RUNNING))
             return conn.execute("SELECT * FROM jobs WHERE id = ?", (row["id"],)).fetchone()
 
         row = await self.store.write(write)
@@ -173,13 +173,13 @@ class AuthorityJobs:
 
     async def requeue(self, session: Session, job_id: str) -> dict:
         row = await self._row(session, job_id)
-        if row["state"] in ("pending", "running"):
+        if row["state"] in (JobState.PENDING, JobState.RUNNING):
             raise Conflict(f"job {job_id} is still {STATUS[row['state']]}; requeue a finished job", field="id")
 
         def write(conn):
-            conn.execute("UPDATE jobs SET state = 'pending', attempts = 0, error = NULL, updated_at = ?,"
+            conn.execute("UPDATE jobs SET state = ?, attempts = 0, error = NULL, updated_at = ?,"
                          " payload = json_set(payload, '$.progress', 0.0, '$.result', json('null'))"
-                         " WHERE id = ?", (time.time(), row["id"]))
+                         " WHERE id = ?", (JobState.PENDING, time.time(), row["id"]))
             return conn.execute("SELECT * FROM jobs WHERE id = ?", (row["id"],)).fetchone()
 
         row = await self.store.write(write)
@@ -193,7 +193,7 @@ class AuthorityJobs:
         meta = job["payload"]
         handler = self.handlers.get(meta.get("type"))
         if handler is None:
-            await self._settle(job["id"], "failed", f"job type {meta.get('type')!r} is not supported")
+            await self._settle(job["id"], JobState.FAILED, f"job type {meta.get('type')!r} is not supported")
             return
         cancelled = self._running[job["id"]] = asyncio.Event()
         ctx = JobContext(job["id"], meta.get("extension", ""), meta.get("input") or {}, cancelled,
@@ -203,7 +203,7 @@ class AuthorityJobs:
             async with asyncio.timeout(timeout_ms / 1000 if timeout_ms else None):
                 result = await handler(ctx)
         except TimeoutError:
-            await self._settle(job["id"], "failed", f"timed out after {timeout_ms} ms")
+            await self._settle(job["id"], JobState.FAILED, f"timed out after {timeout_ms} ms")
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -212,19 +212,20 @@ class AuthorityJobs:
                 raise
             if not isinstance(exc, StbmeError):
                 log.exception("Authority job %s (%s) failed", job["id"], meta.get("type"))
-            await self._settle(job["id"], "failed", message)
+            await self._settle(job["id"], JobState.FAILED, message)
         else:
-            await self._settle(job["id"], "done", None, result)
+            await self._settle(job["id"], JobState.DONE, None, result)
         finally:
             self._running.pop(job["id"], None)
 
-    async def _settle(self, job_id: int, state: str, error: str | None, result: Any = None) -> None:
+    async def _settle(self, job_id: int, state: JobState, error: str | None, result: Any = None) -> None:
         await self.store.write(lambda conn: conn.execute(
             "UPDATE jobs SET state = ?, error = ?, updated_at = ?, payload = json_set(payload, '$.result', json(?),"
-            " '$.progress', ?) WHERE id = ? AND state = 'running'",
-            (state, error, time.time(), orjson.dumps(result).decode(), 1.0 if state == "done" else 0.0, job_id)))
+            " '$.progress', ?) WHERE id = ? AND state = ?",
+            (state, error, time.time(), orjson.dumps(result).decode(), 1.0 if state == JobState.DONE else 0.0, job_id,
+             JobState.RUNNING)))
 
     def _progress(self, job_id: int, fraction: float) -> None:
         self.store.write_nowait(lambda conn: conn.execute(
-            "UPDATE jobs SET payload = json_set(payload, '$.progress', ?), updated_at = ? WHERE id = ?"
-            " AND state = 'running'", (max(0.0, min(1.0, float(fraction))), time.time(), job_id)))
+            "UPDATE jobs SET payload = json_set(payload, '$.progress', ?), updated_at = ? WHERE id = ? AND state = ?",
+            (max(0.0, min(1.0, float(fraction))), time.time(), job_id, JobState.RUNNING)))

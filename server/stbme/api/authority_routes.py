@@ -1,5 +1,5 @@
 """HTTP routes of the Authority bridge, under /v1/authority (docs/authority.md). Thin handlers over
-AuthorityService.
+AuthorityService (services.authority).
 
 ST-BME's Authority client reads `error` (or `message`), `code` and `category` from a failed answer, so the
 sidecar's one error shape works as it is: 401 makes it open a new session and retry once, 403 is a
@@ -9,39 +9,23 @@ session token is checked here, after the sidecar's own middlewares (API token, o
 
 from __future__ import annotations
 
-import orjson
 from aiohttp import web
 
-from ..errors import BadRequest, PayloadTooLarge
-from .service import AuthorityService
-from .sessions import FILES, JOBS, SESSION_HEADER, SQL, TRIVIUM, Session
+from ..authority import AuthorityService
+from ..authority.sessions import FILES, JOBS, SESSION_HEADER, SQL, TRIVIUM, Session
+from .keys import services
+from .requests import json_response, read_json
 
 PREFIX = "/v1/authority"
-authority_key = web.AppKey("authority", AuthorityService)
-
-
-def _json(data: dict, status: int = 200) -> web.Response:
-    # The sidecar's success shape ({"ok": true, ...}); the app's own helper moves to api/ in the restructure.
-    return web.Response(body=orjson.dumps({"ok": True, **data}), status=status, content_type="application/json")
 
 
 async def _body(request: web.Request):
-    """The JSON body, or None when there is none (ST-BME posts some calls without one)."""
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"the request body is larger than {request.client_max_size} bytes "
-                              "(server.max_body_bytes)") from None
-    if not raw.strip():
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    # ST-BME posts some calls (probe) without a body.
+    return await read_json(request, allow_empty=True)
 
 
 def _service(request: web.Request) -> AuthorityService:
-    return request.app[authority_key]
+    return services(request).authority
 
 
 def _session(request: web.Request, resource: str | None = None) -> Session:
@@ -52,20 +36,20 @@ def _session(request: web.Request, resource: str | None = None) -> Session:
 
 
 async def probe(request):
-    return _json(_service(request).probe())
+    return json_response(_service(request).probe())
 
 
 async def session_init(request):
-    return _json(_service(request).open_session(await _body(request)))
+    return json_response(_service(request).open_session(await _body(request)))
 
 
 async def session_current(request):
     session = _session(request)
-    return _json({"session": session.to_json(), "authorized": True})
+    return json_response({"session": session.to_json(), "authorized": True})
 
 
 async def evaluate_permissions(request):
-    return _json(_service(request).evaluate_permissions(_session(request), await _body(request)))
+    return json_response(_service(request).evaluate_permissions(_session(request), await _body(request)))
 
 
 async def sql(request):
@@ -75,12 +59,12 @@ async def sql(request):
     run = {"query": databases.query, "exec": databases.exec, "transaction": databases.transaction}.get(op)
     if run is None:
         raise web.HTTPNotFound()
-    return _json(await run(await _body(request)))
+    return json_response(await run(await _body(request)))
 
 
 async def trivium(request):
     session = _session(request, TRIVIUM)
-    return _json(await _service(request).extension(session).trivium.call(
+    return json_response(await _service(request).extension(session).trivium.call(
         request.match_info["op"], await _body(request)))
 
 
@@ -91,32 +75,31 @@ async def private_files(request):
            "delete": files.delete}.get(request.match_info["op"])
     if run is None:
         raise web.HTTPNotFound()
-    return _json(await run(await _body(request)))
+    return json_response(await run(await _body(request)))
 
 
 async def job_create(request):
-    return _json(await _service(request).jobs.create(_session(request, JOBS), await _body(request)))
+    return json_response(await _service(request).jobs.create(_session(request, JOBS), await _body(request)))
 
 
 async def job_list(request):
-    return _json(await _service(request).jobs.list(_session(request, JOBS), await _body(request)))
+    return json_response(await _service(request).jobs.list(_session(request, JOBS), await _body(request)))
 
 
 async def job_get(request):
-    return _json(await _service(request).jobs.get(_session(request, JOBS), request.match_info["job_id"]))
+    return json_response(await _service(request).jobs.get(_session(request, JOBS), request.match_info["job_id"]))
 
 
 async def job_requeue(request):
-    return _json(await _service(request).jobs.requeue(_session(request, JOBS), request.match_info["job_id"]))
+    return json_response(await _service(request).jobs.requeue(_session(request, JOBS), request.match_info["job_id"]))
 
 
 async def job_cancel(request):
-    return _json(await _service(request).jobs.cancel(_session(request, JOBS), request.match_info["job_id"]))
+    return json_response(await _service(request).jobs.cancel(_session(request, JOBS), request.match_info["job_id"]))
 
 
-def setup_authority_routes(app: web.Application, service: AuthorityService) -> None:
+def setup_authority_routes(app: web.Application) -> None:
     """Serve the Authority protocol under /v1/authority."""
-    app[authority_key] = service
     r, p = app.router, PREFIX
     r.add_post(p + "/probe", probe)
     r.add_post(p + "/session/init", session_init)
