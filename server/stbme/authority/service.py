@@ -125,12 +125,16 @@ class AuthorityService:
             await self.save()
 
     async def save(self) -> int:
+        """Write every changed Trivium cache; a failure is logged and retried at the next save (the caches
+        are rebuilt from SQLite anyway when their files are missing or stale)."""
         saved = 0
         for ext in list(self._extensions.values()):
             try:
                 saved += await ext.trivium.save()
-            except (OSError, StbmeError) as exc:
-                log.warning("saving Trivium indexes failed: %s", exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("saving Trivium indexes failed")
         return saved
 
     async def close(self) -> None:

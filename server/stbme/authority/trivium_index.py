@@ -171,7 +171,11 @@ class TriviumCaches:
             return False
         async with self._lock:
             self._dirty = False
-            await asyncio.to_thread(self._save)
+            try:
+                await asyncio.to_thread(self._save)
+            except BaseException:
+                self._dirty = True  # try again at the next save
+                raise
         return True
 
     def _save(self) -> None:
