@@ -230,7 +230,12 @@ def test_commands_go_through_the_running_server(server, tmp_path):
     assert len(exported["messages"]) == 12
     result = run("reindex", CHAT_ID, "--data-dir", server.data_dir)
     assert f"memories indexed" in result.stderr
-    assert "jsonl" not in run("dna", "events", "--chat", CHAT_ID, "--data-dir", server.data_dir).stdout
+    lines = run("dna", "events", "--chat", CHAT_ID, "--jsonl", "--data-dir", server.data_dir).stdout.splitlines()
+    assert lines and all(json.loads(line)["chat_id"] == CHAT_ID for line in lines)
+    run("dna", "export-assets", tmp_path / "assets", "--data-dir", server.data_dir)
+    assert (tmp_path / "assets" / "genes.json").exists() and (tmp_path / "assets" / "events.jsonl").exists()
+    result = run("dna", "import-assets", tmp_path / "assets", "--data-dir", server.data_dir)
+    assert "genes: 0 added" in result.stderr and "already there" in result.stderr
 
     # a second server on the same directory is refused
     result = run("serve", "--port", free_port(), "--data-dir", server.data_dir, expect=1)

@@ -195,13 +195,17 @@ SETTINGS: tuple[Setting, ...] = (
     S("extract.existing_memories", 12, "int",
       "LLM extraction: most existing memories shown to the LLM (so it updates instead of duplicating).",
       min=0, max=60),
-    S("extract.smart_trigger", False, "bool",
+    S("extract.llm_every", 3, "int",
+      "LLM mode: one extraction call for this many new assistant messages (the messages still in the prompt "
+      "are not recalled anyway, so memory loses nothing while the LLM bill shrinks); the smart trigger "
+      "extracts earlier on an important turn. 1 = a call for every reply.", min=1, max=50, per_chat=True),
+    S("extract.smart_trigger", True, "bool",
       "Extract early when the new text looks like a plot turn (keywords, patterns, names), before "
-      "extract.every assistant messages.", per_chat=True),
+      "extract.llm_every assistant messages.", per_chat=True),
     S("extract.trigger_patterns", "", "str",
       "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive).", per_chat=True),
-    S("extract.smart_threshold", 2, "int", "Smart-trigger score that starts an extraction.", min=1, max=10,
-      per_chat=True),
+    S("extract.smart_threshold", 3, "int", "Smart-trigger score that starts an extraction (plot-turn words up to "
+      "2, a trigger pattern 2, role switches 1, '!?' 1, a name 1).", min=1, max=10, per_chat=True),
     # dedupe
     S("dedupe.enabled", True, "bool", "Ask the LLM whether a new memory very similar to an old one is new, a "
       "correction (merge) or a duplicate (skip).", per_chat=True),
@@ -213,12 +217,18 @@ SETTINGS: tuple[Setting, ...] = (
     S("evolve.enabled", True, "bool",
       "A-MEM evolution: let each new memory re-read its nearest old memories (links, context, tags).",
       per_chat=True),
+    S("evolve.mode", "with_extraction", "choice",
+      "'with_extraction': the extraction call also answers the evolution of the memories it creates against the "
+      "existing memories it was shown (no extra call); 'separate': one more call per batch after embedding, "
+      "each new memory shown with its nearest memories by vector (the seed's procedure).",
+      choices=("with_extraction", "separate"), per_chat=True),
     S("evolve.neighbors", 5, "int", "Nearest old memories re-read per new memory.", min=1, max=20),
     S("evolve.min_similarity", 0.3, "float",
       "Old memories less similar than this (cosine) to the new one are not shown for evolution.", min=0, max=1),
     # maintenance
     S("maintain.summary_every", 3, "int",
-      "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels.",
+      "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels. "
+      "In LLM mode an extraction is extract.llm_every assistant messages.",
       min=0, max=100, per_chat=True),
     S("maintain.summary_fan_in", 3, "int", "Summaries of one level folded into one of the next level.",
       min=2, max=10),

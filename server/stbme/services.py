@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import config
+from .authority import AuthorityService
 from .dna.hub_client import HubClient
 from .embed import Embedder, EmbeddingService
 from .embed.factory import make_embedder
@@ -76,9 +77,14 @@ class Services:
         self.dna_scheduler = DnaScheduler(store, settings, self.dna)
         self.hub = HubClient(store, settings, self.dna.global_stats)
         self.housekeeping = Housekeeping(store, settings, self.indexes, self.embedding, self.processor)
+        # The Authority bridge (issue 13): the original ST-BME's storage protocol, its files under
+        # <data dir>/authority/, its jobs on this job queue.
+        self.authority = AuthorityService(self.data_dir / "authority", store, self.worker.wake)
 
         self.worker.register(JobKind.PROCESS, lambda job: self.processor.process_chat(job["chat_id"]))
         self.worker.register(JobKind.REINDEX, lambda job: self.embedding.reindex(job["chat_id"]))
+        for kind in self.authority.job_kinds:
+            self.worker.register(kind, self.authority.run_job)
         self.settings_service.validators.append(self.memory_llm.validate)
         self.settings_service.listeners += [self.embedding.on_settings, self.processor.on_settings]
         self.relay.on_connect.append(self.processor.resume_parked)
@@ -121,7 +127,7 @@ class Services:
         await self.worker.resume_interrupted()
         for name, coro in (("worker", self.worker.run()), ("housekeeping", self.housekeeping.run()),
                            ("warm-up", self.housekeeping.warm_up()), ("dna-scheduler", self.dna_scheduler.run()),
-                           ("hub-heartbeat", self.hub.run())):
+                           ("hub-heartbeat", self.hub.run()), ("authority-saver", self.authority.run_saver())):
             self._tasks.append(asyncio.create_task(coro, name=f"stbme-{name}"))
 
     async def close(self) -> None:
@@ -139,6 +145,8 @@ class Services:
             await self.indexes.save_dirty()
         with contextlib.suppress(Exception):
             await self.hub.close()
+        with contextlib.suppress(Exception):
+            await self.authority.close()
         await self.embedding.close()
         await self.memory_llm.close()
         self.store.close()

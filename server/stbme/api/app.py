@@ -13,6 +13,7 @@ from ..embed import Embedder
 from ..errors import StbmeError
 from ..live import PollSessions
 from ..services import Services
+from .authority_routes import setup_authority_routes
 from .dna_routes import setup_dna_routes
 from .keys import polls_key, services_key, sockets_key, token_key
 from .live_routes import setup_live_routes
@@ -46,6 +47,7 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
     setup_routes(app)
     setup_live_routes(app)
     setup_dna_routes(app)
+    setup_authority_routes(app)
 
     async def lifecycle(app: web.Application):
         await svc.start()

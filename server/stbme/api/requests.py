@@ -22,12 +22,15 @@ def error_response(status: int, message: str, field: str | None = None) -> web.R
                         content_type="application/json")
 
 
-async def read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request, *, allow_empty: bool = False) -> Any:
+    """The JSON body; an empty body is a 400, or None with `allow_empty`."""
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"the request body is larger than {request.client_max_size} bytes "
                               "(server.max_body_bytes)") from None
+    if allow_empty and not raw.strip():
+        return None
     if not raw:
         raise BadRequest("the request body is empty; send JSON")
     try:

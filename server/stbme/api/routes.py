@@ -129,7 +129,7 @@ async def list_edges(request):
 
 
 async def export_chat(request):
-    doc = await _svc(request).transfer.export_chat(chat_id(request))
+    doc = await _svc(request).transfer.export_chat(chat_id(request), request.query.get("format", "stbme"))
     return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
 

@@ -128,12 +128,14 @@ def recall_cmd(chat_id, query, data_dir, budget, as_json):
 @click.command()
 @click.argument("chat_id", callback=_chat_arg)
 @click.option("-o", "--output", type=click.File("wb"), default="-", help="File to write (default stdout).")
+@click.option("--format", "fmt", type=click.Choice(["stbme", "st-bme"]), default="stbme", show_default=True,
+              help="stbme: ours; st-bme: a graph the original ST-BME extension can import.")
 @data_dir_option
-def export(chat_id, output, data_dir):
+def export(chat_id, output, fmt, data_dir):
     """Export a chat's memories as JSON."""
     async def go(svc: Services):
         await require_chat(svc, chat_id, data_dir)
-        return await svc.transfer.export_chat(chat_id)
+        return await svc.transfer.export_chat(chat_id, fmt)
 
     doc = run(data_dir, go)
     output.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))

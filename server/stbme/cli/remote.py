@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import quote
 
 import aiohttp
 import orjson
 
 from .. import config
-from ..errors import StbmeError
+from ..dna import plan_files
+from ..errors import BadRequest, StbmeError
 from ..pipeline.sync import SyncRequest
 from ..usecases.memories import NewMemory
 from ..usecases.recall import RecallRequest
@@ -108,8 +110,8 @@ class _Recall(_Part):
 
 
 class _Transfer(_Part):
-    async def export_chat(self, chat_id: str) -> dict:
-        return await self.api.call("GET", _chat(chat_id, "/export"))
+    async def export_chat(self, chat_id: str, fmt: str = "stbme") -> dict:
+        return await self.api.call("GET", _chat(chat_id, "/export"), params={"format": fmt})
 
     async def import_chat(self, chat_id: str, doc: Any, mode: str = "merge",
                           progress: Callable[[int, int], None] | None = None) -> dict:
@@ -200,10 +202,40 @@ class _DnaAssets(_Part):
         rows = (await self.api.call("GET", "/v1/dna/events", params=params))["events"]
         return list(reversed(rows)) if oldest_first else rows
 
-    async def export_events(self, *, chat_id: str | None = None, kind: str | None = None,
-                            since: float | None = None) -> bytes:
-        return await self.api.call("GET", "/v1/dna/events.jsonl", params=_event_params(chat_id, kind, since),
-                                   raw=True)
+    async def event_lines(self, *, plan: bool = False, chat_id: str | None = None, kind: str | None = None,
+                          since: float | None = None) -> AsyncIterator[bytes]:
+        """The events as JSON lines, oldest first (ours, or the plan's with `plan`)."""
+        params = _event_params(chat_id, kind, since) | {"format": "plan" if plan else "stbme"}
+        yield await self.api.call("GET", "/v1/dna/events.jsonl", params=params, raw=True)
+
+    async def export_plan_dir(self, directory: Path, *, chat_id: str | None = None) -> dict:
+        """The server's genes, capsules and events, written here in the plan's files."""
+        directory = Path(directory)
+        data = await self.api.call("GET", "/v1/dna/assets")
+        events = b"".join([page async for page in self.event_lines(plan=True, chat_id=chat_id)])
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            plan_files.write_json(directory / plan_files.GENES_FILE, data["genes"])
+            plan_files.write_json(directory / plan_files.CAPSULES_FILE, data["capsules"])
+            with plan_files.AtomicFile(directory / plan_files.EVENTS_FILE) as f:
+                f.write(events)
+        except OSError as exc:
+            raise BadRequest(f"cannot write to {directory}: {exc.strerror or exc}", field="dir") from None
+        return {"genes": len(data["genes"]), "capsules": len(data["capsules"]), "events": events.count(b"\n"),
+                "dir": str(directory)}
+
+    async def import_plan_dir(self, directory: Path, *, replace: bool = False) -> dict:
+        """The plan's files read and checked here (the same errors as without a server), sent to the server."""
+        directory = Path(directory)
+        plan_files.read_dir(directory)
+        body: dict[str, Any] = {"replace": replace}
+        for key, name in (("genes", plan_files.GENES_FILE), ("capsules", plan_files.CAPSULES_FILE)):
+            if (directory / name).is_file():
+                body[key] = orjson.loads((directory / name).read_bytes())
+        events = directory / plan_files.EVENTS_FILE
+        if events.is_file():
+            body["events"] = [orjson.loads(line) for line in events.read_bytes().splitlines() if line.strip()]
+        return (await self.api.call("POST", "/v1/dna/assets", body))["imported"]
 
 
 class _SettingsService(_Part):

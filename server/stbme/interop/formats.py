@@ -1,9 +1,10 @@
-"""Export format (`stbme-sidecar` v1) and conversion of imported graphs into nodes and edges.
+"""Export formats and conversion of imported graphs into nodes and edges.
 
-Two inputs are accepted: our own export, and a graph exported by the original ST-BME browser
-extension (graph versions 1-9: `nodes[]` with `seqRange`/`childIds`/`clusters`, `edges[]` with
-`fromId`/`toId`/`edgeType`, times in milliseconds). Embeddings are never imported: they may come
-from another model, so memories are re-embedded with the sidecar's own.
+Two formats, both ways: our own (`stbme-sidecar` v1), and the graph of the original ST-BME browser extension
+(graph versions 1-9: `nodes[]` with `seqRange`/`childIds`/`clusters`/`_evolutionHistory`, `edges[]` with
+`fromId`/`toId`/`edgeType`, times in milliseconds). A-MEM evolution history travels in the seed's names
+(`{triggeredBy, timestamp (ms), reason}`) in the extension's format. Embeddings are never imported: they may
+come from another model, so memories are re-embedded with the sidecar's own.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class ImportedGraph:
     messages: list[Message] | None = None
     derived: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # new node/edge id -> range
     degraded_from: int | None = None
+    llm_upto: int = -1               # how far the memory LLM had read the chat (extract.llm_every)
 
 
 @dataclasses.dataclass
@@ -44,6 +46,7 @@ class ChatSnapshot:
     processed_upto: int
     degraded_from: int | None
     derived: dict[tuple[str, str], tuple[int, int]]
+    llm_upto: int = -1
 
 
 def export_document(chat_id: str, nodes: list[Node], edges: list[Edge], snapshot: ChatSnapshot | None = None) -> dict:
@@ -63,6 +66,7 @@ def export_document(chat_id: str, nodes: list[Node], edges: list[Edge], snapshot
     if snapshot is not None:
         doc["processed_upto"] = snapshot.processed_upto
         doc["degraded_from"] = snapshot.degraded_from
+        doc["llm_upto"] = snapshot.llm_upto
         doc["messages"] = [dataclasses.asdict(m) for m in snapshot.messages]
     return doc
 
@@ -174,7 +178,6 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
             access_count=int(_num(raw.get("accessCount"), 0, 0, 1e9)),
             last_access=_seconds(raw.get("lastAccessTime"), 0) or None,
             created_at=created, updated_at=_seconds(raw.get("updatedAt"), created),
-            evolution=[e for e in _list(raw.get("_evolutionHistory")) if isinstance(e, dict)][:100],
             source="import",
         )
         if isinstance(raw.get("id"), str):
@@ -184,6 +187,7 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
     for node, raw in pairs:
         node.parent_id = _ref(id_map, raw.get("parentId"))
         node.children = [id_map[c] for c in _list(raw.get("childIds")) if _ref(id_map, c)]
+        node.evolution = _history_from_extension(raw, id_map)
     edges = _edges(_list(doc.get("edges")), id_map, chat_id, skipped, ("fromId", "toId"), now)
     # v9 summaries live outside the node list: keep the active ones as summary memories.
     summary_state = doc.get("summaryState") if isinstance(doc.get("summaryState"), dict) else {}
@@ -200,6 +204,46 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
     if processed is None and isinstance(doc.get("historyState"), dict):
         processed = _int(doc["historyState"].get("lastProcessedAssistantFloor"))
     return ImportedGraph(nodes, edges, skipped, processed)
+
+
+def _history_from_extension(raw: dict, id_map: dict[str, str]) -> list[dict]:
+    """The seed's `_evolutionHistory` entries in our names (with the ids of this import), then our own
+    history kept aside by an export to this format."""
+    history = []
+    for entry in _list(raw.get("_evolutionHistory"))[:100]:
+        if isinstance(entry, dict):
+            trigger = entry.get("triggeredBy")
+            history.append({"triggered_by": id_map.get(trigger, trigger) if isinstance(trigger, str) else None,
+                            "timestamp": _int(entry.get("timestamp")), "reason": str(entry.get("reason") or "")})
+    return history + [e for e in _list(raw.get("_stbmeHistory"))[:100] if isinstance(e, dict)]
+
+
+def _ms(seconds: float | None) -> int | None:
+    return int(seconds * 1000) if seconds else None
+
+
+def to_stbme_extension(nodes: list[Node], edges: list[Edge], processed_upto: int) -> dict:
+    """A graph the original ST-BME extension can load (version 9). Evolution history goes out in the seed's
+    names; entries it has no place for (DNA history) ride in `_stbmeHistory`, so a round trip keeps them."""
+    out_nodes = []
+    for n in nodes:
+        seeded = [h for h in n.evolution if "triggered_by" in h]
+        out_nodes.append({
+            "id": n.id, "type": n.type, "level": n.level, "parentId": n.parent_id, "childIds": n.children,
+            "seq": n.seq_to, "seqRange": [n.seq_from, n.seq_to] if n.seq_from is not None else None,
+            "archived": n.archived, "fields": n.fields, "embedding": None, "importance": n.importance,
+            "accessCount": n.access_count, "updatedAt": _ms(n.updated_at), "lastAccessTime": _ms(n.last_access),
+            "createdTime": _ms(n.created_at), "clusters": n.tags, "scope": {"layer": n.scope},
+            "storyTime": n.story_time,
+            "_evolutionHistory": [{"triggeredBy": h["triggered_by"],
+                                   "timestamp": h.get("timestamp") or _ms(h.get("at")) or 0,
+                                   "reason": h.get("reason") or ""} for h in seeded],
+            "_stbmeHistory": [h for h in n.evolution if "triggered_by" not in h],
+        })
+    out_edges = [{"id": e.id, "fromId": e.from_id, "toId": e.to_id, "relation": e.relation, "strength": e.strength,
+                  "edgeType": 255 if e.inhibitory else 0, "createdTime": _ms(e.created_at), "validAt": _ms(e.valid_at),
+                  "invalidAt": _ms(e.invalid_at), "expiredAt": _ms(e.expired_at)} for e in edges]
+    return {"version": 9, "lastProcessedSeq": processed_upto, "nodes": out_nodes, "edges": out_edges}
 
 
 def _edges(raw_edges, id_map, chat_id, skipped, keys, now, on_edge=None) -> list[Edge]:
@@ -273,7 +317,8 @@ def from_export(doc: dict, chat_id: str) -> ImportedGraph:
     messages = _messages(doc["messages"]) if "messages" in doc else None
     processed = _int(doc.get("processed_upto"))
     return ImportedGraph(nodes, edges, skipped, processed if messages is not None else None, messages,
-                         derived if messages is not None else {}, _int(doc.get("degraded_from")))
+                         derived if messages is not None else {}, _int(doc.get("degraded_from")),
+                         _int(doc.get("llm_upto")) if _int(doc.get("llm_upto")) is not None else -1)
 
 
 def _origin(derived: dict, item_id: str, raw: dict) -> None:

@@ -143,8 +143,8 @@ def write_import(conn: sqlite3.Connection, chat_id: str, graph: ImportedGraph, m
 
     if tie >= 0:
         degraded = graph.degraded_from if graph.degraded_from is not None and graph.degraded_from <= tie else None
-        conn.execute("UPDATE chats SET processed_upto = ?, degraded_from = ?, unfinished_from = NULL WHERE chat_id = ?",
-                     (tie, degraded, chat_id))
+        conn.execute("UPDATE chats SET processed_upto = ?, degraded_from = ?, unfinished_from = NULL, llm_upto = ?"
+                     " WHERE chat_id = ?", (tie, degraded, min(graph.llm_upto, tie), chat_id))
         record_mentions(conn, chat_id, load_messages(conn, chat_id, 0, tie))
     resumes = tie >= 0 or (mode == "replace" and same_chat)   # processing starts again after `tie`
     if (resumes and extract_enabled and tie < message_count(conn, chat_id) - 1

@@ -77,8 +77,16 @@ class BatchContext:
     runner: "BatchRunner"
     data: dict[str, Any] = dataclasses.field(default_factory=dict)   # stage-to-stage hand-over
     degraded: str | None = None      # why the LLM stages were skipped, if they were
+    # First message the batch's changes derive from: `start`, or earlier when the LLM extraction read the
+    # messages since its previous run (journaled so, an edit of any of them undoes this batch).
+    journal_from: int | None = None
     created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
     touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
+
+    @property
+    def msg_range(self) -> tuple[int, int]:
+        """The message range the batch's changes are journaled with."""
+        return (self.start if self.journal_from is None else min(self.journal_from, self.start), self.end)
 
     def skip_llm(self, error: LLMError) -> None:
         """An LLM task of this batch failed and was skipped: the batch will be redone when the LLM answers."""
@@ -90,7 +98,7 @@ class BatchContext:
         batch meanwhile. (Not the revision: an edit of a later, unprocessed message leaves the batch valid.)"""
         def run(conn: sqlite3.Connection):
             _check_committed(conn, self)
-            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=(self.start, self.end))
+            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=self.msg_range)
             result = fn(cs)
             return result, cs.touched_nodes
 
@@ -182,7 +190,7 @@ class BatchRunner:
 
             def commit(conn: sqlite3.Connection):
                 _check_current(conn, ctx)
-                cs = ChangeSet(conn, chat_id, reason="batch", msg_range=(ctx.start, ctx.end))
+                cs = ChangeSet(conn, chat_id, reason="batch", msg_range=ctx.msg_range)
                 for stage in active:
                     cs.reason = stage.name
                     stage.apply(ctx, cs)
@@ -225,6 +233,7 @@ class BatchRunner:
                 what, ctx.degraded = failure_kind(exc), exc.message
         active = [s for s in stages if not getattr(s, "needs_llm", False)]
         ctx.data.clear()
+        ctx.journal_from = None
         for stage in active:
             await stage.prepare(ctx)
         self.live.notice("warning", f"{what} ({ctx.degraded}); messages {ctx.start}-{ctx.end} got memories "

@@ -165,8 +165,9 @@ def undo_memories_from(conn: sqlite3.Connection, chat_id: str, index: int, *, re
     # stay marked.
     conn.execute("UPDATE chats SET processed_upto = min(processed_upto, ?), revision = revision + 1,"
                  " degraded_from = CASE WHEN degraded_from >= ? THEN NULL ELSE degraded_from END,"
-                 " unfinished_from = CASE WHEN unfinished_from >= ? THEN NULL ELSE unfinished_from END"
-                 " WHERE chat_id = ?", (processed_upto, restart, restart, chat_id))
+                 " unfinished_from = CASE WHEN unfinished_from >= ? THEN NULL ELSE unfinished_from END,"
+                 " llm_upto = min(llm_upto, ?) WHERE chat_id = ?",
+                 (processed_upto, restart, restart, processed_upto, chat_id))
     record_event(conn, chat_id, "rollback", diverged_at=index, entries=undo.entries, batches=undo.batches,
                  reprocess_from=restart, reason=reason)
     return undo, processed_upto

@@ -90,7 +90,9 @@ class ChatProcessor:
                 await self.embedding.embed_pending(chat_id)
                 return batches
             batches += 1
-            await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages)
+            evolution = ctx.data.get("evolution")
+            await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
+                                           **({"evolution": evolution.to_json()} if evolution else {}))
 
     async def _redo_degraded(self, chat_id: str) -> bool:
         """Batches made while the LLM was down are undone (exactly, from the journal) and processed

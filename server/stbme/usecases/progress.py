@@ -82,12 +82,13 @@ class ProgressTracker:
         if run.samples[-1][1] != done:  # messages were undone or added meanwhile: the pace starts again
             run.samples = collections.deque([(self.clock(), done)], maxlen=WINDOW_BATCHES + 1)
 
-    async def batch_done(self, chat_id: str, done: int, total: int) -> None:
-        """A batch was committed: `done` messages of `total` are processed."""
+    async def batch_done(self, chat_id: str, done: int, total: int, **details) -> None:
+        """A batch was committed: `done` messages of `total` are processed. `details` (e.g. the batch's
+        evolution figures) ride along on the live channel."""
         run = self._run(chat_id, done)
         run.samples.append((self.clock(), done))
         run.done, run.total = done, total
-        await self._report(chat_id, run)
+        await self._report(chat_id, run, details=details)
 
     async def finished(self, chat_id: str) -> None:
         """Nothing more to do for now (the rest waits for new messages)."""
@@ -130,7 +131,7 @@ class ProgressTracker:
 
         run.embedded, run.embed_total = await self.store.read(read)
 
-    async def _report(self, chat_id: str, run: _Run, force: bool = False) -> None:
+    async def _report(self, chat_id: str, run: _Run, force: bool = False, details: dict | None = None) -> None:
         now = self.clock()
         publish = force or now - run.last_publish >= PUBLISH_EVERY_S
         write_log = force or now - run.last_log >= LOG_EVERY_S
@@ -142,7 +143,7 @@ class ProgressTracker:
             run.last_publish = now
             self.live.publish({"type": "progress", "task": "extract", "chat_id": chat_id, "done": run.done,
                                "total": run.total, "eta_s": snap["eta_s"], "embedded": run.embedded,
-                               "embed_total": run.embed_total, "working": run.working})
+                               "embed_total": run.embed_total, "working": run.working, **(details or {})})
         if write_log:
             run.last_log = now
             if run.working:

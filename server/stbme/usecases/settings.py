@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from .. import config
+from ..dna.environment import apply_plan_environment
 from ..store import Store
 from ..store.settings import load_settings, save_settings
 
@@ -19,6 +20,7 @@ def open_settings(store: Store, cli_settings: dict[str, Any] | None = None) -> c
     if clean:
         store.write_sync(lambda conn: save_settings(conn, clean))
     glob, chats = store.read_sync(lambda conn: load_settings(conn, config.BY_NAME))
+    apply_plan_environment(glob, chats)
     return config.Settings(glob, chats)
 
 

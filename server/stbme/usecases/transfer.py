@@ -20,6 +20,7 @@ from ..store.queries import chat_graph, chat_row
 from .embedding import Embedding
 
 IMPORT_MODES = ("merge", "replace")
+EXPORT_FORMATS = ("stbme", "st-bme")
 
 
 class Transfer:
@@ -32,9 +33,13 @@ class Transfer:
         self.live = live
         self.wake_worker = wake_worker
 
-    async def export_chat(self, chat_id: str) -> dict:
-        """The chat's memories, with its messages and what each memory was made from (so an import can tie
-        them to the chat again: interop/restore.py)."""
+    async def export_chat(self, chat_id: str, fmt: str = "stbme") -> dict:
+        """The chat's memories in our format, with its messages and what each memory was made from (so an
+        import can tie them to the chat again: interop/restore.py), or (fmt "st-bme") as a graph the
+        original extension loads."""
+        if fmt not in EXPORT_FORMATS:
+            raise BadRequest(f"'format' must be one of {', '.join(EXPORT_FORMATS)}", field="format")
+
         def read(conn):
             nodes, edges = chat_graph(conn, chat_id)
             chat = chat_row(conn, chat_id)
@@ -43,12 +48,14 @@ class Transfer:
                 # A batch left unfinished is not part of what was processed.
                 done = chat["processed_upto"] if chat["unfinished_from"] is None else chat["unfinished_from"] - 1
                 snapshot = formats.ChatSnapshot(load_messages(conn, chat_id, 0), done, chat["degraded_from"],
-                                                inserted_ranges(conn, chat_id))
+                                                inserted_ranges(conn, chat_id), min(chat["llm_upto"], done))
             return nodes, edges, snapshot
 
         nodes, edges, snapshot = await self.store.read(read)
-        return formats.export_document(chat_id, [node_from_row(r) for r in nodes], [edge_from_row(r) for r in edges],
-                                       snapshot)
+        nodes, edges = [node_from_row(r) for r in nodes], [edge_from_row(r) for r in edges]
+        if fmt == "st-bme":
+            return formats.to_stbme_extension(nodes, edges, snapshot.processed_upto if snapshot else -1)
+        return formats.export_document(chat_id, nodes, edges, snapshot)
 
     async def import_chat(self, chat_id: str, doc: Any, mode: str = "merge",
                           progress: Callable[[int, int], None] | None = None) -> dict:
