@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import SILVER_KEY_CHAT, HashEmbedder, full_sync, settle
+from llm_fixtures import fake  # noqa: F401
 
 from stbme.services import Services
 
@@ -169,3 +170,41 @@ async def test_the_same_separate_memories_imported_twice_are_not_doubled(sidecar
     second = await sidecar.transfer.import_chat("old", graph)
     assert first["imported"]["nodes"] > 0 and second["imported"] == {"nodes": 0, "edges": 0}
     assert await state(sidecar, "old") == before
+
+
+async def test_llm_memories_imported_and_opened_are_not_asked_for_again(tmp_path, embedder, fake):
+    """In llm.mode (one extraction over several replies) the imported memories need no LLM call: the chat's
+    place in the LLM's reading (llm_upto) comes with them."""
+    import random
+
+    from llm_fixtures import llm_settings
+    from test_llm_pipeline import snapshot
+    from test_sync_rollback import make_chat
+
+    chat = make_chat(random.Random(5), 4)
+    source = Services.open(tmp_path / "a", embedder=embedder, cli_settings=llm_settings(fake, **{"extract.llm_every": 3}))
+    target = Services.open(tmp_path / "b", embedder=embedder, cli_settings=llm_settings(fake, **{"extract.llm_every": 3}))
+    try:
+        await full_sync(source, "c", chat)
+        await source.processor.process_chat("c")
+        doc = await source.transfer.export_chat("c")
+        assert doc["llm_upto"] >= 0
+        result = await target.transfer.import_chat("c", doc)
+        assert result["tied_upto"] == doc["processed_upto"]
+        calls = len(fake.calls)
+        answer = await full_sync(target, "c", chat)
+        await target.processor.process_chat("c")
+        assert answer["rolled_back"] == 0 and len(fake.calls) == calls     # nothing asked again
+        assert await snapshot(target, "c") == await snapshot(source, "c")
+        edited = [dict(m) for m in chat]
+        edited[3] = {**edited[3], "text": "Tomas burned the letter before anyone could read it."}
+        answer = await full_sync(target, "c", edited)
+        assert answer["rolled_back"] > 0
+        await target.processor.process_chat("c")
+        assert len(fake.calls) > calls                                       # the edited range is read again
+        await full_sync(source, "fresh", edited)
+        await source.processor.process_chat("fresh")
+        assert await snapshot(target, "c") == await snapshot(source, "fresh")   # as a fresh ingest of the edit
+    finally:
+        await source.close()
+        await target.close()

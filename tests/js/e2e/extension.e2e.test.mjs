@@ -533,8 +533,9 @@ test('installs from the repository layout (manifest at the root, code in st_exte
 
 test('a dead sidecar never blocks generation, and the user is told once', async () => {
     const listenersBefore = await page.evaluate(() => window.stHost.listenerTimes.length);
-    await sidecar.stop();
+    // Counted before the stop: the health loop or the closing live channel may notice the outage at once.
     const toastsBefore = await page.evaluate(() => window.toastr.toasts.length);
+    await sidecar.stop();
     const first = await send('Are you still there?');
     const second = await send('Hello?');
     for (const record of [first, second]) {
