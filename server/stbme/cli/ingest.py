@@ -36,7 +36,12 @@ class StatusBar:
         messages, embedding = progress["messages"], progress["embedding"]
         self.info = (f"embedded {embedding['done']}/{embedding['total']}"
                      + (f", {format_duration(progress['eta_s'])}" if progress["working"] else ""))
-        self.bar.update(max(0, messages["done"] - self.done), current_item=True)
+        steps = max(0, messages["done"] - self.done)
+        if steps:
+            self.bar.update(steps, current_item=True)
+        else:  # the embedding count moved: draw the line again (update draws only when steps are made)
+            self.bar.current_item = True
+            self.bar.render_progress()
         self.done = max(self.done, messages["done"])
 
     def close(self) -> None:
