@@ -211,11 +211,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_process(data_dir, *, stop_timeout: float = 20):
-    """`stbme serve` as a subprocess on a free port over `data_dir`: yields its base URL once /health
-    answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`)."""
+def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20):
+    """`stbme serve` (or `stbme hub`) as a subprocess on a free port over `data_dir`: yields its base URL
+    once /health answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "stbme", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+    proc = subprocess.Popen([sys.executable, "-m", "stbme", command, "--port", str(port), "--data-dir", str(data_dir)],
                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -226,11 +226,11 @@ def serve_process(data_dir, *, stop_timeout: float = 20):
                 return resp.status == 200
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError("stbme serve exited: " + proc.stderr.read()) from None
+                raise RuntimeError(f"stbme {command} exited: " + proc.stderr.read()) from None
             return False
 
     try:
-        wait_for_sync(answers, "stbme serve to answer /health", timeout=120)
+        wait_for_sync(answers, f"stbme {command} to answer /health", timeout=120)
         yield base
     finally:
         proc.terminate()

@@ -496,10 +496,11 @@ async def test_export_then_import_merge_and_replace(client, chat):
     # the source chat is unchanged
     assert await chat_signature(client, chat) == original
 
-    # merge again: everything twice
-    await ok_json(await client.post(url("copy", "/import"), params={"mode": "merge"}, json=doc))
-    twice = await chat_signature(client, "copy")
-    assert len(twice[0]) == 2 * len(original[0]) and len(twice[1]) == 2 * len(original[1])
+    # merge again: the chat holds the export's messages, so its memories are tied to them and take the
+    # place of the first import's (docs/api.md, "An import stays tied to its chat"): nothing doubles
+    again = await ok_json(await client.post(url("copy", "/import"), params={"mode": "merge"}, json=doc))
+    assert again["tied_upto"] == len(MESSAGES) - 1 and again["restored_messages"] == 0
+    assert await chat_signature(client, "copy") == original
     # replace: exactly the export again
     await ok_json(await client.post(url("copy", "/import"), params={"mode": "replace"}, json=doc))
     assert await chat_signature(client, "copy") == original
@@ -722,6 +723,21 @@ async def test_cors_origins_is_a_setting(client):
     assert pre.status == 403
 
 
+async def test_extra_cors_origins_keep_the_defaults(client):
+    lan = "http://192.168.1.10:8000"
+    await ok_json(await client.put("/v1/settings", json={"settings": {"server.extra_cors_origins": [lan]}}))
+    for origin in (lan, ST_ORIGIN, "http://localhost:8000"):
+        resp = await client.get("/health", headers={"Origin": origin})
+        assert resp.headers["Access-Control-Allow-Origin"] == origin
+        pre = await client.options("/v1/settings", headers={"Origin": origin, "Access-Control-Request-Method": "PUT"})
+        assert pre.status == 204
+    pre = await client.options("/v1/settings", headers={"Origin": "http://evil.example",
+                                                       "Access-Control-Request-Method": "PUT"})
+    assert pre.status == 403
+    settings = (await ok_json(await client.get("/v1/settings")))["settings"]
+    assert settings["server.cors_origins"] == ["http://127.0.0.1:8000", "http://localhost:8000"]
+
+
 # -- auth -----------------------------------------------------------------------------------------
 def test_non_loopback_without_token_is_refused(tmp_path):
     with pytest.raises(StbmeError, match="token"):
@@ -853,7 +869,8 @@ async def test_websocket_hello_ping_and_progress(client):
     assert extract, progress
     last = extract[-1]
     assert last["done"] == last["total"] == len(MESSAGES)
-    assert set(last) == {"type", "task", "chat_id", "done", "total", "eta_s"}
+    assert set(last) == {"type", "task", "chat_id", "done", "total", "eta_s", "embedded", "embed_total", "working"}
+    assert last["working"] is False and last["embedded"] == last["embed_total"] > 0
     assert all(0 < m["done"] <= m["total"] for m in extract)
     await ws.close()
     await settle(sc_of(client), "c1")

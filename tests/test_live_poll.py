@@ -14,6 +14,7 @@ from conftest import full_sync, wait_for
 from fake_openai import answer
 from stbme.api.app import create_app
 from stbme.api.keys import polls_key, services_key
+from llm_fixtures import PER_MESSAGE
 from test_sync_rollback import make_chat
 
 CLIENT = "phone-client-1"
@@ -68,7 +69,7 @@ async def test_expired_session_stops_relaying(client):
 @pytest.fixture
 async def relay_poll_client(aiohttp_client, tmp_path, embedder):
     app = create_app(tmp_path / "data", embedder=embedder,
-                     cli_settings={"llm.mode": "relay", "llm.relay_timeout_s": 10})
+                     cli_settings={"llm.mode": "relay", "llm.relay_timeout_s": 10, **PER_MESSAGE})
     return await aiohttp_client(app)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from llm_fixtures import fake  # noqa: F401
 from stbme.llm.base import LLMError, complete_json
-from stbme.llm.jsonrepair import JSONRepairError, parse_json
+from stbme.llm.jsonrepair import JSONRepairError, TruncatedJSON, parse_json
 from stbme.llm.openai import OpenAIChat
 from stbme.llm.usage import UsageMeter
 
@@ -22,7 +22,6 @@ MESSAGES = [{"role": "system", "content": "[stbme:summary]\nSummarise."}, {"role
     ('{"a": True, "b": None, // note\n "c": "x, }"}', {"a": True, "b": None, "c": "x, }"}),
     ('{"summary": "line one\nline two"}', {"summary": "line one\nline two"}),
     ('[{"op": "create"}, {"op": "delete"},]', [{"op": "create"}, {"op": "delete"}]),
-    ('{"operations": [{"op": "create", "fields": {"name": "Elena"', {"operations": [{"op": "create", "fields": {"name": "Elena"}}]}),
     ('\u201csummary\u201d: 1', None),
 ])
 def test_parse_json_repairs(text, expected):
@@ -36,6 +35,18 @@ def test_parse_json_repairs(text, expected):
 @pytest.mark.parametrize("text", ["", "no json here", "{broken: [", "42"])
 def test_parse_json_refuses_garbage(text):
     with pytest.raises(JSONRepairError):
+        parse_json(text)
+
+
+@pytest.mark.parametrize("text", [
+    '{"summary": "su',                                                   # cut inside a string
+    '{"operations": [{"op": "create", "fields": {"name": "Elena"',        # cut between brackets
+    'Example: {"a": 1}. Answer: {"operations": [{"op": "create"}, {"op"',  # a complete value before the cut one
+    '```json\n{"synopsis": "syn',
+])
+def test_cut_off_json_is_never_repaired(text):
+    """Closing what an answer left open would keep half an answer as if it were whole (issue 9)."""
+    with pytest.raises(TruncatedJSON):
         parse_json(text)
 
 

@@ -15,12 +15,13 @@ from stbme.api.app import create_app
 from stbme.api.keys import services_key
 from stbme.llm.base import LLMError
 from stbme.llm.relay import RelayChannel
+from llm_fixtures import PER_MESSAGE
 from test_sync_rollback import make_chat
 
 
 @pytest.fixture
 async def relay_client(aiohttp_client, tmp_path, embedder):
-    app = create_app(tmp_path / "data", embedder=embedder, cli_settings={"llm.mode": "relay"})
+    app = create_app(tmp_path / "data", embedder=embedder, cli_settings={"llm.mode": "relay", **PER_MESSAGE})
     return await aiohttp_client(app)
 
 

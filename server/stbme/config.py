@@ -115,6 +115,9 @@ SETTINGS: tuple[Setting, ...] = (
       "Browser origins (the SillyTavern page, scheme://host[:port]) allowed to call the sidecar directly; a "
       "request from any other page is refused (403). '*' allows every page, and is honoured only when the "
       "sidecar requires a token (docs/security.md).", check=check_origins),
+    S("server.extra_cors_origins", [], "list",
+      "More browser origins allowed besides server.cors_origins, e.g. SillyTavern opened at "
+      "http://192.168.1.10:8000. Adding one here keeps the default origins.", check=check_origins),
     S("server.allowed_hosts", [], "list",
       "Host names, besides localhost, 127.0.0.1 and ::1, a loopback sidecar without a token answers to (the "
       "Host header; anything else is refused against DNS rebinding). Add the name you reach it by, e.g. "
@@ -172,6 +175,11 @@ SETTINGS: tuple[Setting, ...] = (
       "used (the embedding model's cost grows with its input, up to 512 tokens).", min=16, max=100000),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
+    S("recall.in_prompt_tokens", 1000, "int",
+      "Skip memories of the greeting (the messages before the user's first) while the whole chat is shorter "
+      "than this many tokens: SillyTavern drops the oldest messages only when the context is full, so the "
+      "greeting of a short chat is in the prompt already. Keep it below the chat history your context holds; "
+      "0 = off.", min=0, max=1_000_000, per_chat=True),
     S("recall.language", "auto", "choice", "Language of the block's section headings.",
       choices=("auto", "en", "zh"), per_chat=True),
     # injection (used by the extension)
@@ -220,14 +228,18 @@ SETTINGS: tuple[Setting, ...] = (
     S("extract.existing_memories", 12, "int",
       "LLM extraction: most existing memories shown to the LLM (so it updates instead of duplicating).",
       min=0, max=60),
-    S("extract.smart_trigger", False, "bool",
+    S("extract.llm_every", 3, "int",
+      "LLM mode: one extraction call for this many new assistant messages (the messages still in the prompt "
+      "are not recalled anyway, so memory loses nothing while the LLM bill shrinks); the smart trigger "
+      "extracts earlier on an important turn. 1 = a call for every reply.", min=1, max=50, per_chat=True),
+    S("extract.smart_trigger", True, "bool",
       "Extract early when the new text looks like a plot turn (keywords, patterns, names), before "
-      "extract.every assistant messages.", per_chat=True),
+      "extract.llm_every assistant messages.", per_chat=True),
     S("extract.trigger_patterns", "", "str",
       "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive, RE2 syntax: no "
       "backreferences or lookaround).", per_chat=True, check=lambda value: _check_patterns(value)),
-    S("extract.smart_threshold", 2, "int", "Smart-trigger score that starts an extraction.", min=1, max=10,
-      per_chat=True),
+    S("extract.smart_threshold", 3, "int", "Smart-trigger score that starts an extraction (plot-turn words up to "
+      "2, a trigger pattern 2, role switches 1, '!?' 1, a name 1).", min=1, max=10, per_chat=True),
     # dedupe
     S("dedupe.enabled", True, "bool", "Ask the LLM whether a new memory very similar to an old one is new, a "
       "correction (merge) or a duplicate (skip).", per_chat=True),
@@ -239,12 +251,18 @@ SETTINGS: tuple[Setting, ...] = (
     S("evolve.enabled", True, "bool",
       "A-MEM evolution: let each new memory re-read its nearest old memories (links, context, tags).",
       per_chat=True),
+    S("evolve.mode", "with_extraction", "choice",
+      "'with_extraction': the extraction call also answers the evolution of the memories it creates against the "
+      "existing memories it was shown (no extra call); 'separate': one more call per batch after embedding, "
+      "each new memory shown with its nearest memories by vector (the seed's procedure).",
+      choices=("with_extraction", "separate"), per_chat=True),
     S("evolve.neighbors", 5, "int", "Nearest old memories re-read per new memory.", min=1, max=20),
     S("evolve.min_similarity", 0.3, "float",
       "Old memories less similar than this (cosine) to the new one are not shown for evolution.", min=0, max=1),
     # maintenance
     S("maintain.summary_every", 3, "int",
-      "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels.",
+      "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels. "
+      "In LLM mode an extraction is extract.llm_every assistant messages.",
       min=0, max=100, per_chat=True),
     S("maintain.summary_fan_in", 3, "int", "Summaries of one level folded into one of the next level.",
       min=2, max=10),

@@ -48,8 +48,9 @@ class LiveHub:
         log.log(logging.WARNING if level in ("warning", "error") else logging.INFO, "%s", message)
         self.publish({"type": "notice", "level": level, "message": message, "chat_id": chat_id})
 
-    def progress(self, task: str, chat_id: str | None, done: int, total: int, started: float) -> None:
-        """Progress with an ETA; throttled to ~4 messages a second per task, plus the last one."""
+    def progress(self, task: str, chat_id: str | None, done: int, total: int, started: float, **details) -> None:
+        """Progress with an ETA; throttled to ~4 messages a second per task, plus the last one. `details`
+        (e.g. the batch's evolution figures) ride along."""
         key = (task, chat_id or "")
         now = time.monotonic()
         if done < total and now - self._last_progress.get(key, 0) < 0.25:
@@ -58,7 +59,7 @@ class LiveHub:
         elapsed = now - started
         eta = (elapsed / done * (total - done)) if done and total else None
         self.publish({"type": "progress", "task": task, "chat_id": chat_id, "done": done, "total": total,
-                      "eta_s": None if eta is None else round(eta, 1)})
+                      "eta_s": None if eta is None else round(eta, 1), **details})
 
 
 class PollSession:

@@ -1,5 +1,5 @@
 // Live channel to the sidecar (GET /v1/ws): progress and notices, reconnecting with backoff.
-// Pure module: the WebSocket constructor and timers are injected so Node tests can drive it.
+// Pure module: the WebSocket constructor and the timers are injected so Node tests can drive it.
 
 import { backoffDelay } from './failopen.js';
 
@@ -13,8 +13,9 @@ export class LiveChannel {
      * @param {string} [options.version] extension version sent in the hello
      * @param {number} [options.pingMs] keep-alive interval
      * @param {{base?: number, max?: number, random?: () => number}} [options.backoff]
+     * @param {{setTimeout: Function, clearTimeout: Function, setInterval: Function, clearInterval: Function}} [options.timers]
      */
-    constructor({ url, onMessage, onState = () => {}, WebSocket: WS, version = '', pingMs = 25000, backoff = {} }) {
+    constructor({ url, onMessage, onState = () => {}, WebSocket: WS, version = '', pingMs = 25000, backoff = {}, timers = globalThis }) {
         this.url = url;
         this.onMessage = onMessage;
         this.onState = onState;
@@ -22,6 +23,7 @@ export class LiveChannel {
         this.version = version;
         this.pingMs = pingMs;
         this.backoff = backoff;
+        this.timers = timers;
         this.socket = null;
         this.attempt = 0;
         this.retryTimer = null;
@@ -39,7 +41,7 @@ export class LiveChannel {
     /** Close and stop reconnecting. */
     stop() {
         this.stopped = true;
-        clearTimeout(this.retryTimer);
+        this.timers.clearTimeout(this.retryTimer);
         this.retryTimer = null;
         this.closeSocket();
         this.setState('closed');
@@ -48,7 +50,7 @@ export class LiveChannel {
     /** Reconnect now (the URL or token changed). */
     restart() {
         this.attempt = 0;
-        clearTimeout(this.retryTimer);
+        this.timers.clearTimeout(this.retryTimer);
         this.retryTimer = null;
         this.closeSocket();
         if (!this.stopped) this.connect();
@@ -61,7 +63,7 @@ export class LiveChannel {
     }
 
     closeSocket() {
-        clearInterval(this.pingTimer);
+        this.timers.clearInterval(this.pingTimer);
         this.pingTimer = null;
         const socket = this.socket;
         this.socket = null;
@@ -92,8 +94,8 @@ export class LiveChannel {
             this.attempt = 0;
             this.setState('open');
             this.send({ type: 'hello', client: 'st-extension', version: this.version });
-            clearInterval(this.pingTimer);
-            this.pingTimer = setInterval(() => this.send({ type: 'ping' }), this.pingMs);
+            this.timers.clearInterval(this.pingTimer);
+            this.pingTimer = this.timers.setInterval(() => this.send({ type: 'ping' }), this.pingMs);
         };
         socket.onmessage = event => {
             let message;
@@ -110,7 +112,7 @@ export class LiveChannel {
         socket.onclose = () => {
             if (this.socket !== socket) return;
             this.socket = null;
-            clearInterval(this.pingTimer);
+            this.timers.clearInterval(this.pingTimer);
             this.pingTimer = null;
             this.setState('closed');
             this.scheduleRetry();
@@ -120,7 +122,7 @@ export class LiveChannel {
     scheduleRetry() {
         if (this.stopped || this.retryTimer) return;
         const delay = backoffDelay(this.attempt++, this.backoff);
-        this.retryTimer = setTimeout(() => this.connect(), delay);
+        this.retryTimer = this.timers.setTimeout(() => this.connect(), delay);
     }
 
     /**

@@ -1,6 +1,6 @@
 // Live channel over HTTP long-poll (POST /v1/live/poll + /v1/live/send), for the route through
 // SillyTavern's proxy plugin, which cannot carry a WebSocket. Same interface as LiveChannel: start(),
-// stop(), restart(), send(message), onMessage, onState. Pure module: the HTTP call is injected.
+// stop(), restart(), send(message), onMessage, onState. Pure module: the HTTP call and the timers are injected.
 
 import { backoffDelay } from './failopen.js';
 
@@ -15,8 +15,9 @@ export class LongPollChannel {
      * @param {number} [options.waitS] how long one poll may wait on the server, in seconds
      * @param {string} [options.clientId] stable id of this tab's session (random by default)
      * @param {{base?: number, max?: number, random?: () => number}} [options.backoff]
+     * @param {{setTimeout: Function}} [options.timers]
      */
-    constructor({ post, onMessage, onState = () => {}, relay = true, waitS = 20, clientId, backoff = {} }) {
+    constructor({ post, onMessage, onState = () => {}, relay = true, waitS = 20, clientId, backoff = {}, timers = globalThis }) {
         this.post = post;
         this.onMessage = onMessage;
         this.onState = onState;
@@ -24,6 +25,7 @@ export class LongPollChannel {
         this.waitS = waitS;
         this.clientId = clientId ?? `st-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
         this.backoff = backoff;
+        this.timers = timers;
         this.stopped = true;
         this.state = 'closed';
         this.attempt = 0;
@@ -73,7 +75,7 @@ export class LongPollChannel {
             } catch {
                 if (this.stopped) return;
                 this.setState('closed');
-                await new Promise(resolve => setTimeout(resolve, backoffDelay(this.attempt++, this.backoff)));
+                await new Promise(resolve => this.timers.setTimeout(resolve, backoffDelay(this.attempt++, this.backoff)));
             }
         }
     }

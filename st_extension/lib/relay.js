@@ -1,7 +1,14 @@
 /**
- * LLM relay (llm.mode = relay): the sidecar sends `relay_request` over the live WebSocket, the extension
+ * LLM relay (llm.mode = relay): the sidecar sends `relay_request` over the live channel, the extension
  * runs it on the user's current SillyTavern connection with ST's own `generateRaw` and answers with
  * `relay_response` (docs/api.md, "Live channel"). No second API key. Pure logic: ST is passed in.
+ *
+ * The request's length: `generateRaw(…, responseLength)` writes it into ST's global response length
+ * (script.js 1.12.6 `saveResponseLength`: `oai_settings.openai_max_tokens` or `amount_gen`) until it
+ * returns, so a chat generation built meanwhile would go out with it. With Chat Completion the length is
+ * therefore put on the relayed request alone, in ST's CHAT_COMPLETION_SETTINGS_READY event (openai.js
+ * `sendOpenAIRequest` emits it with the request body before sending); only other APIs pass responseLength,
+ * and the caller must keep chat generations out while such a request runs (GenerationGate).
  */
 
 /**
@@ -18,19 +25,41 @@ export function toGenerateRawArgs(messages) {
 }
 
 /**
+ * Whether a chat-completion request body (CHAT_COMPLETION_SETTINGS_READY's `generate_data`) is the one
+ * built from our prompt: some message carries the start of our last prompt text.
+ * @param {any} generateData
+ * @param {string} needle
+ */
+export function isRequestFor(generateData, needle) {
+    if (!needle) return false;
+    const messages = generateData?.messages;
+    if (typeof messages === 'string') return messages.includes(needle);
+    return Array.isArray(messages) && messages.some(m => typeof m?.content === 'string' && m.content.includes(needle));
+}
+
+/**
  * Run one relayed request with `generateRaw` from `SillyTavern.getContext()`. Handles ST's object
  * signature (1.13+: `generateRaw({prompt, systemPrompt, responseLength})`) and the older positional one.
  * @param {object} request `{id, task, messages, max_tokens}` from the sidecar
  * @param {() => object} getContext returns ST's context (`SillyTavern.getContext`)
+ * @param {{length?: 'request'|'argument'|'none'}} [options] how the request gets `max_tokens`:
+ *   'request' sets it on this request's body in CHAT_COMPLETION_SETTINGS_READY (Chat Completion; ST's
+ *   settings untouched), 'argument' passes generateRaw's responseLength (ST's global changes meanwhile),
+ *   'none' leaves ST's length
  * @returns {Promise<object>} the `relay_response` to send back
  */
-export async function runRelayRequest(request, getContext) {
+export async function runRelayRequest(request, getContext, { length = 'argument' } = {}) {
     const id = request?.id;
+    let hook = { applied: false, remove: () => {} };
     try {
-        const generateRaw = getContext()?.generateRaw;
+        const context = getContext();
+        const generateRaw = context?.generateRaw;
         if (typeof generateRaw !== 'function') throw new Error('this SillyTavern has no generateRaw; update SillyTavern or set llm.mode to openai');
         const { systemPrompt, prompt } = toGenerateRawArgs(request.messages);
-        const responseLength = Number.isInteger(request.max_tokens) && request.max_tokens > 0 ? request.max_tokens : undefined;
+        const maxTokens = Number.isInteger(request.max_tokens) && request.max_tokens > 0 ? request.max_tokens : undefined;
+        let responseLength;
+        if (maxTokens && length === 'argument') responseLength = maxTokens;
+        if (maxTokens && length === 'request') hook = hookRequestLength(context, prompt, maxTokens);
         let text;
         if (generateRaw.length <= 1) {
             text = await generateRaw({ prompt, systemPrompt, responseLength });
@@ -38,9 +67,37 @@ export async function runRelayRequest(request, getContext) {
             const flat = typeof prompt === 'string' ? prompt : prompt.map(m => m.content).join('\n\n');
             text = await generateRaw(flat, null, false, false, systemPrompt, responseLength);
         }
+        if (length === 'request' && maxTokens && !hook.applied) {
+            console.warn(`ST-BME: the relayed request went out with SillyTavern's own response length, not ${maxTokens} (its request body was not recognised)`);
+        }
         if (typeof text !== 'string' || !text.trim()) throw new Error('the current SillyTavern connection returned an empty answer');
         return { type: 'relay_response', id, text };
     } catch (error) {
         return { type: 'relay_response', id, error: String(error?.message ?? error) };
+    } finally {
+        hook.remove();
     }
+}
+
+/**
+ * Give our own chat-completion request `maxTokens`, leaving ST's setting alone.
+ * @returns {{applied: boolean, remove: () => void}} `applied` turns true once our request got the length
+ */
+function hookRequestLength(context, prompt, maxTokens) {
+    const hook = { applied: false, remove: () => {} };
+    const events = context.eventSource;
+    const ready = (context.eventTypes ?? context.event_types)?.CHAT_COMPLETION_SETTINGS_READY;
+    if (!events || !ready) return hook;
+    const last = typeof prompt === 'string' ? prompt : prompt.at(-1)?.content ?? '';
+    // ST trims the prompt and substitutes macros; the first words of our text are enough to know it.
+    const needle = String(last).trim().slice(0, 160);
+    const listener = data => {
+        if (!isRequestFor(data, needle)) return;
+        if (Object.hasOwn(data, 'max_completion_tokens')) data.max_completion_tokens = maxTokens; // o1 models (openai.js)
+        else data.max_tokens = maxTokens;
+        hook.applied = true;
+    };
+    events.on(ready, listener);
+    hook.remove = () => events.removeListener(ready, listener);
+    return hook;
 }

@@ -108,14 +108,64 @@ export const GROUP_TITLES = Object.freeze({
     inject: 'Injection',
     recall: 'Recall',
     extract: 'Extraction',
-    llm: 'LLM',
+    llm: 'Memory LLM',
     embed: 'Embeddings',
     strategy: 'Strategy',
+    dedupe: 'Duplicates',
+    evolve: 'Evolution (A-MEM)',
+    maintain: 'Summaries and upkeep',
     dna: 'DNA memory',
     features: 'Features',
+    prompts: 'Prompts',
     index: 'Index',
+    network: 'DNA hub',
     server: 'Server',
 });
+
+/**
+ * The sidecar settings shown before "Advanced", in this order: what a roleplayer sets on the first day.
+ * Everything else (and any setting a newer sidecar adds) goes under "Advanced", by group.
+ */
+export const BASIC_SETTINGS = Object.freeze([
+    'recall.enabled', 'recall.budget_tokens', 'recall.max_memories',
+    'inject.position', 'inject.depth', 'inject.role',
+    'extract.enabled', 'extract.every',
+    'llm.mode', 'llm.url', 'llm.key', 'llm.model',
+]);
+
+/** Words for the values of choice settings; a value not listed here gets `humanize(value)`. */
+export const CHOICE_LABELS = Object.freeze({
+    'inject.position': { in_chat: 'In the chat, at a depth', in_prompt: 'After the story string', before_prompt: 'Before the story string' },
+    'inject.role': { system: 'System', user: 'User', assistant: 'Assistant' },
+    'llm.mode': { none: 'None (memories without an LLM)', openai: 'OpenAI-compatible API', relay: 'Relay through SillyTavern (your current connection)' },
+    'embed.provider': { local: 'Local model (bundled, offline)', openai: 'OpenAI-compatible API' },
+    'recall.language': { auto: 'Same as the chat', en: 'English', zh: 'Chinese' },
+    'dna.evolution_strategy': { balanced: 'Balanced', aggressive: 'Aggressive (remember more)', conservative: 'Conservative (remember less)', cleanup: 'Clean-up (forget faster)' },
+    'dna.signal_scope': { message: 'The whole user message', ooc: 'Out-of-character parts only' },
+});
+
+/**
+ * 'before_prompt' -> 'Before prompt'.
+ * @param {string} value
+ */
+export function humanize(value) {
+    return titleCase(String(value).replace(/[_.]+/g, ' ').trim());
+}
+
+/**
+ * Split the schema into the basic settings (in BASIC_SETTINGS order) and the rest, grouped.
+ * @param {object[]} schema `settings` of GET /v1/settings/schema
+ * @param {readonly string[]} [basic] names shown first
+ * @returns {{basic: object[], advanced: {group: string, title: string, controls: object[]}[]}}
+ */
+export function splitBasicAdvanced(schema, basic = BASIC_SETTINGS) {
+    const list = Array.isArray(schema) ? schema.filter(def => def && typeof def.name === 'string') : [];
+    const byName = new Map(list.map(def => [def.name, def]));
+    return {
+        basic: basic.filter(name => byName.has(name)).map(name => controlFor(byName.get(name))),
+        advanced: schemaToGroups(list.filter(def => !basic.includes(def.name))),
+    };
+}
 
 /**
  * Turn the sidecar's schema into control descriptors grouped for the panel. Unknown types fall back to
@@ -164,8 +214,11 @@ export function controlFor(def) {
             const step = def.type === 'int' ? 1 : stepFor(def.min, def.max);
             return { ...base, input: 'number', min: def.min ?? null, max: def.max ?? null, step };
         }
-        case 'choice':
-            return { ...base, input: 'select', choices: Array.isArray(def.choices) ? def.choices.map(String) : [] };
+        case 'choice': {
+            const choices = Array.isArray(def.choices) ? def.choices.map(String) : [];
+            const words = CHOICE_LABELS[def.name] ?? {};
+            return { ...base, input: 'select', choices, choiceLabels: choices.map(c => words[c] ?? humanize(c)) };
+        }
         case 'list':
             return { ...base, input: 'textarea' };
         case 'str':
@@ -180,11 +233,34 @@ function stepFor(min, max) {
     return 0.05;
 }
 
+/** Words for settings whose last name part says too little on its own (the basic ones above all). */
+export const SETTING_LABELS = Object.freeze({
+    'recall.enabled': 'Recall memories before each reply',
+    'recall.budget_tokens': 'Memory block size (tokens)',
+    'recall.max_memories': 'Most memories in the block',
+    'inject.position': 'Where the block goes',
+    'inject.depth': 'Depth (messages from the end)',
+    'inject.role': 'Role of the block',
+    'extract.enabled': 'Make memories from new messages',
+    'extract.every': 'Make memories every N replies',
+    'llm.mode': 'Memory LLM',
+    'llm.url': 'LLM API URL',
+    'llm.key': 'LLM API key',
+    'llm.model': 'LLM model',
+    'embed.provider': 'Embedding model',
+    'embed.openai_url': 'Embeddings API URL',
+    'embed.openai_key': 'Embeddings API key',
+    'embed.openai_model': 'Embeddings model name',
+    'server.extra_cors_origins': 'More SillyTavern addresses allowed',
+    'recall.in_prompt_tokens': 'Greeting counts as in the prompt up to (tokens)',
+});
+
 /**
- * 'recall.budget_tokens' -> 'Budget tokens'.
+ * A setting's label: its words from SETTING_LABELS, else 'recall.min_similarity' -> 'Min similarity'.
  * @param {string} name
  */
 export function labelFor(name) {
+    if (Object.hasOwn(SETTING_LABELS, name)) return SETTING_LABELS[name];
     const last = String(name).split('.').pop() ?? '';
     return titleCase(last.replace(/_/g, ' '));
 }

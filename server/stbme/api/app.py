@@ -14,6 +14,7 @@ from ..embed import Embedder
 from ..errors import StbmeError
 from ..live import PollSessions
 from ..services import Services
+from .authority_routes import setup_authority_routes
 from .dna_routes import setup_dna_routes
 from .keys import polls_key, services_key, sockets_key, token_key
 from .live_routes import setup_live_routes
@@ -36,13 +37,13 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
         raise StbmeError(f"binding to {host} exposes your chats to the network: set an API token with "
                          "--token or STBME_TOKEN (the extension then sends it)", status=500)
     svc = services or Services.open(data_dir, embedder=embedder, cli_settings=cli_settings)
-    if "*" in svc.settings["server.cors_origins"] and not token:
+    origins = lambda: [*svc.settings["server.cors_origins"], *svc.settings["server.extra_cors_origins"]]  # noqa: E731
+    if "*" in origins() and not token:
         log.warning("server.cors_origins contains '*', which is ignored without an API token: any web page "
                     "could use the sidecar. List SillyTavern's origin, or start with --token")
     guards = [host_middleware(lambda: svc.settings["server.allowed_hosts"])] if not token else []
     app = web.Application(
-        middlewares=[*guards, browser_middleware(lambda: svc.settings["server.cors_origins"],
-                                                 allow_any_origin=bool(token)),
+        middlewares=[*guards, browser_middleware(origins, allow_any_origin=bool(token)),
                      error_middleware, auth_middleware(token or "", query_token_paths=("/v1/ws",))],
         client_max_size=svc.settings["server.max_body_bytes"],
         handler_args={"logger": protocol_log},
@@ -56,6 +57,7 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
     setup_routes(app)
     setup_live_routes(app)
     setup_dna_routes(app)
+    setup_authority_routes(app)
 
     async def lifecycle(app: web.Application):
         await svc.start()

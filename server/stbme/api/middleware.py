@@ -136,7 +136,9 @@ def browser_middleware(allowed_origins: Callable[[], list[str]], *, allow_any_or
             "Access-Control-Allow-Origin": origin,
             "Vary": "Origin",
             "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE, OPTIONS",
-            "Access-Control-Allow-Headers": "Content-Type, Authorization",
+            # Accept, X-CSRF-Token and the session header: ST-BME's Authority client sends them cross-origin.
+            "Access-Control-Allow-Headers": "Content-Type, Authorization, Accept, X-CSRF-Token, "
+                                            "X-Authority-Session-Token",
             "Access-Control-Allow-Private-Network": "true",
             "Access-Control-Max-Age": "600",
         }

@@ -27,11 +27,13 @@ def error_response(status: int, message: str, field: str | None = None) -> web.R
                         content_type="application/json")
 
 
-async def read_json(request: web.Request) -> Any:
-    """The request's JSON body. It must say `Content-Type: application/json` (415): a page may send
-    text/plain cross-site without a preflight, JSON it cannot. The body must arrive within the body
-    timeout (408), so a Content-Length larger than what is sent does not hold the connection."""
-    if request.headers.get("Content-Type") is None or request.content_type != "application/json":
+async def read_json(request: web.Request, *, allow_empty: bool = False) -> Any:
+    """The request's JSON body; an empty body is a 400, or None with `allow_empty`. A body must say
+    `Content-Type: application/json` (415): a page may send text/plain cross-site without a preflight,
+    JSON it cannot. It must arrive within the body timeout (408), so a Content-Length larger than what is
+    sent does not hold the connection."""
+    if (request.headers.get("Content-Type") is None or request.content_type != "application/json") and (
+            not allow_empty or request.body_exists):
         raise StbmeError(f"send the body as JSON with 'Content-Type: application/json' (got "
                          f"{request.headers.get('Content-Type', 'no Content-Type')!r})", status=415,
                          field="Content-Type")
@@ -46,6 +48,8 @@ async def read_json(request: web.Request) -> Any:
         raise StbmeError(f"the request body did not arrive within {timeout_s:g} s (server.body_timeout_s): "
                          f"Content-Length says {request.content_length} bytes", status=408,
                          field="Content-Length") from None
+    if allow_empty and not raw.strip():
+        return None
     if not raw:
         raise BadRequest("the request body is empty; send JSON")
     try:

@@ -7,7 +7,7 @@ import logging
 from typing import Any, Protocol
 
 from ..errors import StbmeError
-from .jsonrepair import JSONRepairError, parse_json
+from .jsonrepair import JSONRepairError, TruncatedJSON, parse_json
 from .usage import UsageMeter, count_messages
 from ..tokens import count_tokens
 
@@ -17,6 +17,12 @@ STRICT_JSON_REMINDER = (
     "Your previous answer was not valid JSON ({why}). Answer again with ONLY the JSON object, "
     "no markdown fences, no comments, no text before or after it."
 )
+CUT_OFF_REMINDER = (
+    "Your previous answer was cut off before its JSON ended. Answer again with ONLY the JSON object, "
+    "shorter: keep every text field brief."
+)
+MAX_TOKENS_GROWTH = 2     # a cut-off answer is asked again with this many times the room
+MAX_TOKENS_CEILING = 16000
 
 
 @dataclasses.dataclass
@@ -36,6 +42,7 @@ class Usage:
 class LLMResult:
     text: str
     usage: Usage
+    truncated: bool = False   # the API said the answer stopped at max_tokens (finish_reason "length")
 
 
 class LLMError(StbmeError):
@@ -43,6 +50,18 @@ class LLMError(StbmeError):
     or an answer that stayed unreadable)."""
 
     status = 503
+
+
+class LLMAnswerError(LLMError):
+    """The LLM answered, but not with what was asked: no readable JSON after the retries, or a body without
+    an answer in it. (Not an outage: the model or its prompt is at fault.)"""
+
+
+def failure_kind(error: LLMError) -> str:
+    """What went wrong, in words for a notice."""
+    if isinstance(error, LLMAnswerError):
+        return "the memory LLM answered, but not with JSON the sidecar can read"
+    return "the memory LLM is unreachable"
 
 
 class LLMClient(Protocol):
@@ -73,6 +92,8 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
         result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens)
         total += result.usage
         try:
+            if result.truncated:
+                raise TruncatedJSON("the API stopped the answer at its token limit (finish_reason: length)")
             value = parse_json(result.text)
             if not isinstance(value, expect):
                 raise JSONRepairError(f"expected a JSON {'object' if expect is dict else 'value'}, "
@@ -81,10 +102,15 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
         except JSONRepairError as exc:
             why = str(exc)
             log.info("LLM %s answer unreadable (attempt %d): %s", task, attempt + 1, why)
-            client.usage.add(task + ":bad_json", 0, 0, failed=True)
+            client.usage.add(task + (":cut_off" if isinstance(exc, TruncatedJSON) else ":bad_json"), 0, 0, failed=True)
+            reminder = STRICT_JSON_REMINDER.format(why=why[:200])
+            if isinstance(exc, TruncatedJSON):  # more room, and ask for brevity; never accept half an answer
+                reminder = CUT_OFF_REMINDER
+                max_tokens = min(MAX_TOKENS_CEILING, (max_tokens or getattr(client, "max_tokens", 1200))
+                                 * MAX_TOKENS_GROWTH)
             convo = list(messages) + [
                 {"role": "assistant", "content": result.text[:4000]},
-                {"role": "user", "content": STRICT_JSON_REMINDER.format(why=why[:200])},
+                {"role": "user", "content": reminder},
             ]
-    raise LLMError(f"the LLM's answer for {task} was not JSON after {retries + 1} attempts ({why}); "
+    raise LLMAnswerError(f"the LLM's answer for {task} was not JSON after {retries + 1} attempts ({why}); "
                    "use a model that follows instructions, or raise llm.json_retries")

@@ -1,5 +1,9 @@
 """Turn what an LLM said into the JSON it meant: fenced blocks, text around the JSON, reasoning blocks,
-trailing commas, comments, Python literals and smart quotes around keys."""
+trailing commas, comments, Python literals and smart quotes around keys.
+
+An answer that stops inside its JSON (a string or a bracket left open: the model ran out of tokens) is not
+repaired: closing it would keep a summary cut to "su" or an operation list cut in half as if they were the
+answer. It raises JSONRepairError, so the call is asked again or fails."""
 
 from __future__ import annotations
 
@@ -73,10 +77,14 @@ def _scan_fix(text: str) -> str:
     return "".join(out)
 
 
-def _balanced_spans(text: str) -> list[str]:
+class TruncatedJSON(JSONRepairError):
+    """The answer's JSON is cut off before it ends."""
+
+
+def _balanced_spans(text: str) -> tuple[list[str], bool]:
     """Candidate JSON values: from each top-level { or [ to its matching close (strings respected),
-    longest first; an unclosed value is closed."""
-    spans = []
+    longest first; and whether a value was left open at the end of the text (cut off)."""
+    spans, cut_off = [], False
     i, n = 0, len(text)
     while i < n:
         if text[i] not in "{[":
@@ -102,15 +110,12 @@ def _balanced_spans(text: str) -> list[str]:
                 if not stack:
                     break
             j += 1
-        if stack and j >= n:  # truncated output: close what is open
-            tail = text[i:]
-            if in_str:
-                tail += '"'
-            spans.append(tail + "".join(reversed(stack)))
+        if stack and j >= n:  # the text ends inside this value
+            cut_off = True
             break
         spans.append(text[i:j + 1])
         i = j + 1
-    return sorted(spans, key=len, reverse=True)
+    return sorted(spans, key=len, reverse=True), cut_off
 
 
 def parse_json(text: str) -> Any:
@@ -118,10 +123,10 @@ def parse_json(text: str) -> Any:
     if not isinstance(text, str) or not text.strip():
         raise JSONRepairError("the answer is empty")
     text = _REASONING.sub("", text.strip().lstrip("\ufeff")).strip()
-    candidates = [text]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
-    candidates += _balanced_spans(text)
-    for candidate in candidates:
+    spans, cut_off = _balanced_spans(text)
+    if cut_off:  # the answer ends inside a JSON value: whatever came before is not the whole answer
+        raise TruncatedJSON(f"the answer stops before its JSON ends (cut off?): ...{text[-80:]!r}")
+    for candidate in (text, *(m.group(1).strip() for m in _FENCE.finditer(text)), *spans):
         for variant in (candidate, _scan_fix(candidate)):
             try:
                 value = _loads(variant)

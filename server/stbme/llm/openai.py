@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from ..openai_http import OpenAIEndpoint
-from .base import LLMError, LLMResult, measure
+from .base import LLMAnswerError, LLMError, LLMResult, measure
 from .usage import UsageMeter
 
 log = logging.getLogger("stbme.llm")
@@ -44,13 +44,13 @@ class OpenAIChat:
                        max_tokens: int | None = None) -> LLMResult:
         async with self._gate:
             try:
-                text = await self._call(messages, json_mode, max_tokens)
+                text, finish_reason = await self._call(messages, json_mode, max_tokens)
             except LLMError:
                 measure(self.usage, task, messages, "", failed=True)
                 raise
-        return LLMResult(text, measure(self.usage, task, messages, text))
+        return LLMResult(text, measure(self.usage, task, messages, text), truncated=finish_reason == "length")
 
-    async def _call(self, messages: list[dict], json_mode: bool, max_tokens: int | None) -> str:
+    async def _call(self, messages: list[dict], json_mode: bool, max_tokens: int | None) -> tuple[str, str | None]:
         def rejects_json_mode(status: int, snippet: str) -> bool:
             if status == 400 and json_mode and self.json_mode_supported and _rejects_json_mode(snippet):
                 log.info("%s rejects JSON mode; asking without it from now on", self.url)
@@ -61,17 +61,20 @@ class OpenAIChat:
         data = await self.http.post(lambda: self._body(messages, json_mode, max_tokens), rejects_json_mode)
         return self._parse(data)
 
-    def _parse(self, data: object) -> str:
+    def _parse(self, data: object) -> tuple[str, str | None]:
+        """The answer's text and finish_reason."""
         try:
-            message = data["choices"][0]["message"]
+            choice = data["choices"][0]
+            message = choice["message"]
             content = message.get("content")
         except (KeyError, IndexError, TypeError, AttributeError):
             error = data.get("error") if isinstance(data, dict) else None
-            raise LLMError(f"LLM API at {self.url} returned an unexpected body "
+            raise LLMAnswerError(f"LLM API at {self.url} returned an unexpected body "
                            f"({'error: ' + str(error)[:200] if error else 'no choices[0].message'})") from None
         if isinstance(content, list):  # content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        return content if isinstance(content, str) else ""
+        finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+        return (content if isinstance(content, str) else ""), (finish if isinstance(finish, str) else None)
 
     async def close(self) -> None:
         await self.http.close()

@@ -8,6 +8,11 @@ A batch is a contiguous range of messages [start, end]. Each stage may
     its writes go through `await ctx.write(fn)`, journaled with the same message range.
 If the chat changed while a stage was preparing (a rollback bumped the chat's revision), the batch is
 dropped and started again from the new state: nothing stale is written.
+
+A batch is one recoverable unit. Its commit marks it unfinished (`chats.unfinished_from`); only when its
+memories are embedded and every `after` has run is the mark cleared. A crash, a kill or a failure in between
+leaves the mark, and the chat's next processing undoes the batch exactly (journal) and runs it again. An LLM
+task a stage had to skip (the LLM failed) marks the batch degraded: it is redone once the LLM answers again.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from ..config import Settings
 from ..graph.changes import ChangeSet
 from ..live import LiveHub
-from ..llm.base import LLMError
+from ..llm.base import LLMError, failure_kind
 from ..llm.health import LLMHealth
 from ..store import Store
 from ..store.queries import message_count
@@ -72,15 +77,28 @@ class BatchContext:
     runner: "BatchRunner"
     data: dict[str, Any] = dataclasses.field(default_factory=dict)   # stage-to-stage hand-over
     degraded: str | None = None      # why the LLM stages were skipped, if they were
+    # First message the batch's changes derive from: `start`, or earlier when the LLM extraction read the
+    # messages since its previous run (journaled so, an edit of any of them undoes this batch).
+    journal_from: int | None = None
     created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
     touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
+
+    @property
+    def msg_range(self) -> tuple[int, int]:
+        """The message range the batch's changes are journaled with."""
+        return (self.start if self.journal_from is None else min(self.journal_from, self.start), self.end)
+
+    def skip_llm(self, error: LLMError) -> None:
+        """An LLM task of this batch failed and was skipped: the batch will be redone when the LLM answers."""
+        self.degraded = self.degraded or error.message
+        self.runner.llm_health.mark_down()
 
     async def write(self, fn: Callable[[ChangeSet], Any], reason: str) -> Any:
         """A journaled write after the batch committed (e.g. evolution), dropped if a rollback undid the
         batch meanwhile. (Not the revision: an edit of a later, unprocessed message leaves the batch valid.)"""
         def run(conn: sqlite3.Connection):
             _check_committed(conn, self)
-            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=(self.start, self.end))
+            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=self.msg_range)
             result = fn(cs)
             return result, cs.touched_nodes
 
@@ -100,6 +118,17 @@ def _check_committed(conn: sqlite3.Connection, ctx: BatchContext) -> None:
     row = conn.execute("SELECT processed_upto FROM chats WHERE chat_id = ?", (ctx.chat_id,)).fetchone()
     if row is None or row["processed_upto"] < ctx.end:
         raise StaleBatch()
+
+
+def _finish(conn: sqlite3.Connection, ctx: BatchContext) -> None:
+    """The batch's follow-up work is done: clear its unfinished mark; a skipped LLM task marks it degraded."""
+    row = conn.execute("SELECT unfinished_from FROM chats WHERE chat_id = ?", (ctx.chat_id,)).fetchone()
+    if row is None or row["unfinished_from"] != ctx.start:
+        return  # undone meanwhile
+    conn.execute("UPDATE chats SET unfinished_from = NULL WHERE chat_id = ?", (ctx.chat_id,))
+    if ctx.degraded:
+        conn.execute("UPDATE chats SET degraded_from = coalesce(min(degraded_from, ?), ?) WHERE chat_id = ?",
+                     (ctx.start, ctx.start, ctx.chat_id))
 
 
 def batch_end(messages: list[Message], every: int, *, single_group: bool = False) -> int | None:
@@ -161,15 +190,12 @@ class BatchRunner:
 
             def commit(conn: sqlite3.Connection):
                 _check_current(conn, ctx)
-                cs = ChangeSet(conn, chat_id, reason="batch", msg_range=(ctx.start, ctx.end))
+                cs = ChangeSet(conn, chat_id, reason="batch", msg_range=ctx.msg_range)
                 for stage in active:
                     cs.reason = stage.name
                     stage.apply(ctx, cs)
-                conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
-                             (ctx.end, time.time(), chat_id))
-                if ctx.degraded:
-                    conn.execute("UPDATE chats SET degraded_from = coalesce(min(degraded_from, ?), ?)"
-                                 " WHERE chat_id = ?", (ctx.start, ctx.start, chat_id))
+                conn.execute("UPDATE chats SET processed_upto = ?, unfinished_from = ?, updated_at = ?"
+                             " WHERE chat_id = ?", (ctx.end, ctx.start, time.time(), chat_id))
                 return cs.touched_nodes, cs.created_nodes
 
             try:
@@ -183,7 +209,8 @@ class BatchRunner:
                 try:
                     await stage.after(ctx)
                 except StaleBatch:
-                    break
+                    return ctx  # a rollback undid the batch meanwhile (and its unfinished mark)
+            await self.store.write(lambda conn: _finish(conn, ctx))
             return ctx
 
     async def _prepare(self, ctx: BatchContext, stages: list[Stage]) -> list[Stage]:
@@ -192,7 +219,8 @@ class BatchRunner:
         its heuristic memories and directives, and the batch is redone once the LLM answers again."""
         degrade = ctx.setting("llm.degrade_when_down")
         if degrade and self.llm_health.down():
-            ctx.degraded = "the LLM failed moments ago"  # do not wait on it again for every batch
+            # Do not wait on it again for every batch.
+            what, ctx.degraded = "the memory LLM is paused", "it failed moments ago; it is tried again later"
         else:
             try:
                 for stage in stages:
@@ -202,12 +230,12 @@ class BatchRunner:
                 if not degrade:
                     raise
                 self.llm_health.mark_down()
-                ctx.degraded = exc.message
+                what, ctx.degraded = failure_kind(exc), exc.message
         active = [s for s in stages if not getattr(s, "needs_llm", False)]
         ctx.data.clear()
+        ctx.journal_from = None
         for stage in active:
             await stage.prepare(ctx)
-        self.live.notice("warning", f"the memory LLM is unreachable ({ctx.degraded}); messages "
-                         f"{ctx.start}-{ctx.end} got memories without it, and will be redone when it answers",
-                         ctx.chat_id)
+        self.live.notice("warning", f"{what} ({ctx.degraded}); messages {ctx.start}-{ctx.end} got memories "
+                         "without it, and will be redone when it works again", ctx.chat_id)
         return active

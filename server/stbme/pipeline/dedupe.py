@@ -53,7 +53,7 @@ class DedupeStage(LLMStage):
         try:
             value, _ = await self.ask(ctx, "dedupe", "\n".join(lines), language=ctx.data.get("language", "en"))
         except LLMError as exc:
-            self.notice(ctx, f"duplicate check skipped: {exc.message}")
+            self.skip(ctx, exc, "duplicate check")
             return
         for decision in as_list(value, "decisions", "results"):
             if not isinstance(decision, dict):

@@ -16,7 +16,7 @@ import numpy as np
 from ..embed import EmbeddingService
 from ..graph.model import Node, field_text, node_from_row
 from ..live import LiveHub
-from ..llm.base import LLMClient, Usage, complete_json
+from ..llm.base import LLMClient, LLMError, Usage, complete_json
 from ..llm.prompts import system_prompt
 from ..store import Store
 from ..store.queries import nodes_by_ids
@@ -134,9 +134,9 @@ class LLMStage(BaseStage):
         self.live = live
 
     async def ask(self, ctx: BatchContext, task: str, user: str, *, language: str, retries: int | None = None,
-                  max_tokens: int | None = None) -> tuple[Any, Usage]:
-        """One JSON task: system prompt (override-aware), user content, repair, retry."""
-        messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language)},
+                  max_tokens: int | None = None, appendix: str = "") -> tuple[Any, Usage]:
+        """One JSON task: system prompt (override-aware, with a fixed appendix), user content, repair, retry."""
+        messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language, appendix)},
                     {"role": "user", "content": user}]
         retries = ctx.setting("llm.json_retries") if retries is None else retries
         value, usage = await complete_json(self.llm, messages, task=task, retries=retries,
@@ -150,8 +150,11 @@ class LLMStage(BaseStage):
         return await nearest(self.store, self.embeddings.id, ctx.chat_id, vector, k, exclude=exclude,
                              min_similarity=min_similarity)
 
-    def notice(self, ctx: BatchContext, message: str) -> None:
-        self.live.notice("warning", message, ctx.chat_id)
+    def skip(self, ctx: BatchContext, error: LLMError, task: str) -> None:
+        """A task skipped because the LLM failed: say so, and mark the batch to be redone when it answers."""
+        ctx.skip_llm(error)
+        self.live.notice("warning", f"{task} skipped for messages {ctx.start}-{ctx.end}: {error.message}; "
+                         "these messages will be processed again when the memory LLM answers", ctx.chat_id)
 
 
 def as_list(value: Any, *keys: str) -> list:

@@ -3,7 +3,6 @@ the LLM was down once it answers again."""
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from .. import config
@@ -20,9 +19,10 @@ from ..pipeline.maintain import MaintainStage
 from ..pipeline.sync import undo_memories_from
 from ..store import Store
 from ..store.jobs import queue_degraded_chats, requeue_parked
-from ..store.queries import chat_row
+from ..store.queries import chat_row, message_count
 from .embedding import Embedding
 from .memory_llm import MemoryLLM
+from .progress import ProgressTracker
 
 
 def default_stages(*, llm_mode: str, store: Store, embeddings: EmbeddingService, llm: LLMClient,
@@ -39,8 +39,9 @@ def default_stages(*, llm_mode: str, store: Store, embeddings: EmbeddingService,
 
 class ChatProcessor:
     def __init__(self, store: Store, settings: config.Settings, embedding: Embedding, memory_llm: MemoryLLM,
-                 live: LiveHub, wake_worker: Callable[[], None]):
+                 live: LiveHub, wake_worker: Callable[[], None], progress: ProgressTracker):
         self.store = store
+        self.progress = progress
         self.settings = settings
         self.embedding = embedding
         self.memory_llm = memory_llm
@@ -60,8 +61,23 @@ class ChatProcessor:
 
     async def process_chat(self, chat_id: str) -> int:
         """Turn every pending message of the chat into memories, batch by batch. Returns batches run."""
+        def position(conn):
+            row = chat_row(conn, chat_id)
+            return (row["processed_upto"] + 1 if row else 0), message_count(conn, chat_id)
+
+        self.progress.started(chat_id, *await self.store.read(position))
+        try:
+            batches = await self._process(chat_id)
+        except BaseException:
+            self.progress.stopped(chat_id)
+            raise
+        await self.progress.finished(chat_id)
+        return batches
+
+    async def _process(self, chat_id: str) -> int:
         batches = 0
-        started = time.monotonic()
+        # A batch a crash or a failure left half-done is undone first and runs again below.
+        await self._undo_from(chat_id, "unfinished_from", "an unfinished batch is redone")
         redo_tried = False
         while True:
             ctx = await self.runner.run_next(chat_id, self.stages())
@@ -74,28 +90,37 @@ class ChatProcessor:
                 await self.embedding.embed_pending(chat_id)
                 return batches
             batches += 1
-            self.live.progress("extract", chat_id, ctx.end + 1, ctx.total_messages, started)
+            evolution = ctx.data.get("evolution")
+            await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
+                                           **({"evolution": evolution.to_json()} if evolution else {}))
 
     async def _redo_degraded(self, chat_id: str) -> bool:
         """Batches made while the LLM was down are undone (exactly, from the journal) and processed
         again, now that it may answer. True if there was something to redo."""
         if self.settings.get("llm.mode", chat_id) == "none" or self.memory_llm.health.down():
             return False
+        start = await self._undo_from(chat_id, "degraded_from", "redo without LLM")
+        if start is None:
+            return False
+        self.live.notice("info", f"the memory LLM answers again: redoing memories from message {start}", chat_id)
+        return True
 
+    async def _undo_from(self, chat_id: str, column: str, reason: str) -> int | None:
+        """Undo every memory change from the message the chat's `column` names (degraded_from or
+        unfinished_from), if set. Returns that message index."""
         def undo(conn):
             row = chat_row(conn, chat_id)
-            if row is None or row["degraded_from"] is None:
+            if row is None or row[column] is None:
                 return None
-            result, _ = undo_memories_from(conn, chat_id, row["degraded_from"], reason="redo without LLM")
-            return row["degraded_from"], result.touched_nodes
+            result, _ = undo_memories_from(conn, chat_id, row[column], reason=reason)
+            return row[column], result.touched_nodes
 
         undone = await self.store.write(undo)
         if undone is None:
-            return False
+            return None
         start, touched = undone
         await self.embedding.indexes.apply(chat_id, touched)
-        self.live.notice("info", f"the memory LLM answers again: redoing memories from message {start}", chat_id)
-        return True
+        return start
 
     async def wake_degraded(self) -> None:
         """When the LLM's retry time has come, queue the chats with batches made without it."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from .. import config
+from ..dna.environment import apply_plan_environment
 from ..setting_rules import check_combination, usable_values
 from ..store import Store
 from ..store.settings import load_settings, save_settings
@@ -38,6 +39,7 @@ def open_settings(store: Store, cli_settings: dict[str, Any] | None = None) -> c
     """The effective settings of a data directory. Stored values that cannot work are set aside for this
     run with a warning (never a failed start); `--setting` values are checked like an API update, then saved."""
     glob, chats = store.read_sync(lambda conn: load_settings(conn, config.BY_NAME))
+    apply_plan_environment(glob, chats)
     values, chats, degraded = usable_values(glob, chats)
     settings = config.Settings(values, chats)
     settings.degraded = degraded

@@ -7,6 +7,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import express from 'express';
+import { waitFor } from '../support/wait.mjs';
+
+export { waitFor };
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(here, '../../..');
@@ -16,8 +19,6 @@ export const SCREENSHOTS = path.join(here, 'screenshots');
 /** ST serves a third-party extension from here (extensions.js addExtensionScript). */
 export const EXTENSION_URL_PATH = '/scripts/extensions/third-party/st-bme-sidecar';
 export const REPO_LAYOUT_URL_PATH = '/scripts/extensions/third-party/st-bme-sidecar-repo';
-
-export const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 /** A free TCP port on 127.0.0.1. */
 export function freePort() {
@@ -37,22 +38,6 @@ export function findPython() {
     if (process.env.STBME_PYTHON) return process.env.STBME_PYTHON;
     const venv = path.join(REPO, '.venv', 'bin', 'python');
     return fs.existsSync(venv) ? venv : 'python3';
-}
-
-/** Poll until fn() returns a truthy value; throws with the last error after `timeoutMs`. */
-export async function waitFor(fn, { timeoutMs = 30000, intervalMs = 250, what = 'condition' } = {}) {
-    const deadline = Date.now() + timeoutMs;
-    let lastError;
-    for (;;) {
-        try {
-            const value = await fn();
-            if (value) return value;
-        } catch (error) {
-            lastError = error;
-        }
-        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${lastError ? `: ${lastError.message}` : ''}`);
-        await sleep(intervalMs);
-    }
 }
 
 /**
@@ -107,6 +92,7 @@ export async function startStHost({ sidecarUrl, port = 0 }) {
     const app = express();
     const noCache = { etag: false, lastModified: false, setHeaders: res => res.set('Cache-Control', 'no-store') };
     app.get('/', (req, res) => res.sendFile(path.join(HOST_DIR, 'index.html')));
+    app.get('/script.js', (req, res) => res.type('text/javascript').sendFile(path.join(HOST_DIR, 'script.js')));
     app.use('/host', express.static(HOST_DIR, noCache));
     app.use(EXTENSION_URL_PATH, express.static(EXTENSION_DIR, noCache));
     // The layout of "Install extension" from the repository URL: ST clones the whole repository, so its

@@ -12,7 +12,7 @@ test('a call that never answers resolves as a timeout near the deadline and abor
     assert.ok(result.error instanceof TimeoutError);
     assert.ok(seen.aborted, 'the work is told to stop');
     // Generous bound: the point is "bounded", not a benchmark.
-    assert.ok(elapsed >= 140 && elapsed < 2000, `took ${elapsed} ms`);
+    assert.ok(elapsed >= 140 && elapsed < 10000, `took ${elapsed} ms`);
 });
 
 test('a fetch that honours the signal stops at the deadline', async () => {

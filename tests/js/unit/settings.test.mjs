@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-    DEFAULTS, MODULE_NAME, PROMPT_ROLES, PROMPT_TYPES, buildRecallRequest, controlFor, formatControlValue, getSettings,
-    injectionArgs, labelFor, normalizeUrl, parseControlValue, schemaToGroups,
+    BASIC_SETTINGS, DEFAULTS, MODULE_NAME, PROMPT_ROLES, PROMPT_TYPES, buildRecallRequest, controlFor, formatControlValue,
+    getSettings, humanize, injectionArgs, labelFor, normalizeUrl, parseControlValue, schemaToGroups, splitBasicAdvanced,
 } from '../../../st_extension/lib/settings.js';
 
 test('defaults fill a fresh extension_settings and are not shared', () => {
@@ -75,8 +75,29 @@ test('schema becomes ordered groups of typed controls; unknown types still rende
     assert.equal(controlFor(SCHEMA[4]).input, 'textarea');
     assert.equal(controlFor(SCHEMA[5]).input, 'password');
     assert.equal(controlFor(SCHEMA[6]).input, 'text');
-    assert.equal(labelFor('recall.budget_tokens'), 'Budget tokens');
+    assert.equal(labelFor('recall.budget_tokens'), 'Memory block size (tokens)');
+    assert.equal(labelFor('recall.min_similarity'), 'Min similarity');
     assert.deepEqual(schemaToGroups(null), []);
+});
+
+test('choices show words, not raw values; unknown values are humanized', () => {
+    const position = controlFor(SCHEMA.find(s => s.name === 'inject.position'));
+    assert.deepEqual(position.choices, ['in_chat', 'in_prompt', 'before_prompt'], 'values stay raw');
+    assert.deepEqual(position.choiceLabels, ['In the chat, at a depth', 'After the story string', 'Before the story string']);
+    const newer = controlFor({ name: 'x.mode', type: 'choice', choices: ['fast_and_loose', 'slow'] });
+    assert.deepEqual(newer.choiceLabels, ['Fast and loose', 'Slow']);
+    for (const label of [...position.choiceLabels, ...newer.choiceLabels]) assert.doesNotMatch(label, /_/);
+    assert.equal(humanize('before_prompt'), 'Before prompt');
+});
+
+test('a few basic settings come first, in their order; the rest are grouped under advanced', () => {
+    const { basic, advanced } = splitBasicAdvanced(SCHEMA);
+    assert.deepEqual(basic.map(c => c.name), ['recall.budget_tokens', 'inject.position', 'extract.enabled']);
+    assert.deepEqual(advanced.map(g => g.group), ['recall', 'embed', 'server', 'zeta']);
+    const all = [...basic.map(c => c.name), ...advanced.flatMap(g => g.controls.map(c => c.name))];
+    assert.deepEqual(all.sort(), SCHEMA.map(s => s.name).sort(), 'every setting appears exactly once');
+    assert.ok(BASIC_SETTINGS.length <= 12, 'basic stays short');
+    assert.deepEqual(splitBasicAdvanced(null), { basic: [], advanced: [] });
 });
 
 test('control values parse to the setting type', () => {

@@ -24,6 +24,8 @@ export const event_types = {
     GENERATION_STARTED: 'generation_started',
     GENERATION_STOPPED: 'generation_stopped',
     GENERATION_ENDED: 'generation_ended',
+    GENERATE_AFTER_DATA: 'generate_after_data',
+    CHAT_COMPLETION_SETTINGS_READY: 'chat_completion_settings_ready',
     EXTENSION_SETTINGS_LOADED: 'extension_settings_loaded',
     SETTINGS_LOADED: 'settings_loaded',
     USER_MESSAGE_RENDERED: 'user_message_rendered',
@@ -168,6 +170,92 @@ export function getCurrentChatId() {
     }
 }
 
+// ---------------------------------------------------------------- generation settings and generateRaw
+/** script.js:868 `amount_gen`, `max_context`; openai.js:228-229 `oai_settings` defaults; script.js:8242 `mainApi`. */
+export let main_api = 'openai';
+export let amount_gen = 80;
+export let max_context = 2048;
+export const oai_settings = { openai_max_context: 4095, openai_max_tokens: 300 };
+
+/** script.js:4948-4985 `getMaxContextSize`: the prompt budget is the context minus the response length. */
+export function getMaxContextSize() {
+    if (main_api === 'openai') return oai_settings.openai_max_context - oai_settings.openai_max_tokens;
+    return max_context - amount_gen;
+}
+
+/** Switch the connection the way ST's API selector does, with a response length (for the tests). */
+function setMainApi(api, { responseLength } = {}) {
+    main_api = api;
+    if (responseLength) {
+        if (api === 'openai') oai_settings.openai_max_tokens = responseLength;
+        else amount_gen = responseLength;
+    }
+}
+
+/**
+ * The model behind ST's connection. A held backend answers only when the test calls `releaseBackend()`,
+ * so a relayed request can be kept in flight.
+ */
+async function fakeBackend(kind, data) {
+    const entry = { kind, data, at: performance.now(), answered: false };
+    host.backendRequests.push(entry);
+    if (kind === 'raw' && host.holdRaw) await new Promise(resolve => host.heldRaw.push(resolve));
+    entry.answered = true;
+    return kind === 'raw' ? host.rawReply : '';
+}
+
+/** openai.js:1744-1960 `sendOpenAIRequest`: the body from oai_settings, then CHAT_COMPLETION_SETTINGS_READY (awaited). */
+async function buildChatCompletionRequest(messages) {
+    const generate_data = { messages, max_tokens: oai_settings.openai_max_tokens, stream: false }; // openai.js:1804
+    await eventSource.emit(event_types.CHAT_COMPLETION_SETTINGS_READY, generate_data); // openai.js:1956
+    return generate_data;
+}
+
+/** script.js:4375-4383: the text-completion body reads amount_gen, then GENERATE_AFTER_DATA (awaited). */
+async function buildTextCompletionRequest(promptText) {
+    const generate_data = { prompt: promptText, max_new_tokens: amount_gen, truncation_length: max_context };
+    await eventSource.emit(event_types.GENERATE_AFTER_DATA, generate_data);
+    return generate_data;
+}
+
+/**
+ * script.js:3262-3360 `generateRaw` of ST 1.12.6 (positional; an export of script.js, not on getContext()).
+ * With a responseLength it overwrites the global response length (3363-3380 `saveResponseLength`) until it
+ * returns (3381-3395 `restoreResponseLength`, in `finally`): a chat generation built meanwhile reads it.
+ * The Chat Completion path sends through `sendOpenAIRequest('quiet', …)` (3335), so CHAT_COMPLETION_SETTINGS_READY
+ * fires for it too; the text path fetches directly (3337-3350) with no event.
+ */
+export async function generateRaw(prompt, api, instructOverride, quietToLoud, systemPrompt, responseLength) {
+    if (!api) api = main_api;
+    const responseLengthCustomized = typeof responseLength === 'number' && responseLength > 0;
+    let originalResponseLength = -1;
+    if (systemPrompt) prompt = api === 'openai' ? prompt : `${systemPrompt}\n${prompt}`;
+    prompt = `${prompt}\n`;
+    try {
+        if (responseLengthCustomized) {
+            originalResponseLength = api === 'openai' ? oai_settings.openai_max_tokens : amount_gen;
+            if (api === 'openai') oai_settings.openai_max_tokens = responseLength;
+            else amount_gen = responseLength;
+        }
+        let generateData;
+        if (api === 'openai') {
+            const messages = [{ role: 'user', content: prompt.trim() }];
+            if (systemPrompt) messages.unshift({ role: 'system', content: systemPrompt.trim() });
+            generateData = await buildChatCompletionRequest(messages);
+        } else {
+            generateData = { prompt, max_new_tokens: amount_gen, truncation_length: max_context };
+        }
+        const message = await fakeBackend('raw', generateData);
+        if (!message) throw new Error('No message generated');
+        return message;
+    } finally {
+        if (responseLengthCustomized) {
+            if (api === 'openai') oai_settings.openai_max_tokens = originalResponseLength;
+            else amount_gen = originalResponseLength;
+        }
+    }
+}
+
 // ---------------------------------------------------------------- settings (extensions.js, script.js:555)
 export const extension_settings = { disabledExtensions: [] };
 let saveCount = 0;
@@ -196,7 +284,29 @@ export async function callGenericPopup(content, type, inputValue = '', popupOpti
     const text = typeof content === 'string' ? content : content?.textContent ?? '';
     host.popups.push({ text, type, popupOptions });
     if (type === POPUP_TYPE.CONFIRM) return host.popupAnswer;
-    return POPUP_RESULT.AFFIRMATIVE;
+    // popup.js:180-206, 330-340, 437: the #popup_template dialog (index.html), content put into .popup-content,
+    // shown modal; it resolves when closed (the test closes it with host.closePopup()).
+    const dlg = document.createElement('dialog');
+    dlg.className = 'popup';
+    if (popupOptions.wide) dlg.classList.add('wide_dialogue_popup');
+    const body = document.createElement('div');
+    body.className = 'popup-body';
+    const inner = document.createElement('div');
+    inner.className = 'popup-content';
+    if (content instanceof Node) inner.append(content);
+    else inner.innerHTML = String(content);
+    body.append(inner);
+    dlg.append(body);
+    document.body.append(dlg);
+    dlg.showModal();
+    return new Promise(resolve => {
+        host.closePopup = () => {
+            dlg.close();
+            dlg.remove();
+            host.closePopup = () => {};
+            resolve(POPUP_RESULT.AFFIRMATIVE);
+        };
+    });
 }
 export class Popup {
     constructor(content, type, inputValue = '', options = {}) { Object.assign(this, { content, type, inputValue, options }); }
@@ -266,8 +376,11 @@ function registerSlashCommand(command, callback, aliases, helpString) {
 }
 
 /**
- * Run one `/command key=value text` line the way ST's executor calls callbacks: (namedArgs, unnamedValue).
- * Enough of STscript for the tests (no pipes or closures).
+ * Run one `/command key=value text` line the way ST parses it and calls the callback: (namedArgs, unnamedValue).
+ * SlashCommandParser.js:948-967 `parseCommand`: named arguments only while the text starts with `\w+=`
+ * (1003-1005 `testNamedArgument`, any name), each value quoted (1195-1205) or up to whitespace (1225-1240),
+ * whitespace skipped; the rest up to the end of the command is the unnamed value, so a `name=value` after
+ * the text stays part of it. Enough of STscript for the tests (no pipes, closures or macros).
  */
 export async function executeSlashCommand(line) {
     const m = String(line).trim().match(/^\/(\S+)\s*([\s\S]*)$/);
@@ -277,9 +390,9 @@ export async function executeSlashCommand(line) {
     const named = {};
     let rest = m[2];
     for (;;) {
-        const kv = rest.match(/^(\w+)=(\S+)\s*/);
-        if (!kv || !(command.namedArgumentList ?? []).some(a => a.name === kv[1])) break;
-        named[kv[1]] = kv[2];
+        const kv = rest.match(/^(\w+)=(?:"([^"]*)"|(\S*))\s*/);
+        if (!kv) break;
+        named[kv[1]] = kv[2] ?? kv[3];
         rest = rest.slice(kv[0].length);
     }
     return command.callback(named, rest);
@@ -435,18 +548,22 @@ export async function Generate(type, { text } = {}, dryRun = false) {
     if (type === 'swipe') coreChat.pop();
     coreChat = coreChat.map((chatItem, index) => ({ ...chatItem, mes: chatItem.mes, index }));
 
-    const this_max_context = host.maxContext;
+    const this_max_context = getMaxContextSize(); // script.js:3651, before the interceptors
     let aborted = false;
     if (!dryRun) aborted = await runGenerationInterceptors(coreChat, this_max_context, type); // script.js:3653-3662
     if (aborted) return { aborted: true };
 
     const prompt = buildPrompt(coreChat, type === 'continue');
-    const record = { type, dryRun, prompt, interceptorMs: host.interceptorTimes.at(-1), totalMs: 0, chatId: getCurrentChatId() };
+    const record = { type, dryRun, prompt, interceptorMs: host.interceptorTimes.at(-1), totalMs: 0, chatId: getCurrentChatId(), maxContext: this_max_context };
     host.prompts.push(record);
     if (dryRun || type === 'quiet') {
         record.totalMs = performance.now() - started;
         return record;
     }
+    // The request body reads the response length now (openai.js:1804 / script.js:4383 GENERATE_AFTER_DATA).
+    record.request = main_api === 'openai'
+        ? await buildChatCompletionRequest(prompt.messages.map(({ role, content }) => ({ role, content })))
+        : await buildTextCompletionRequest(prompt.messages.map(m => m.content).join('\n'));
 
     const reply = fakeBackendReply(prompt.messages);
     await saveReply(type, reply);
@@ -632,6 +749,7 @@ function getContext() {
         eventTypes: event_types,
         event_types,
         generate: Generate,
+        mainApi: main_api,
         extensionPrompts: extension_prompts,
         setExtensionPrompt,
         SlashCommandParser,
@@ -658,8 +776,19 @@ export const host = {
     prompts: [],
     popups: [],
     popupAnswer: POPUP_RESULT.AFFIRMATIVE,
+    closePopup: () => {},
     backendReplies: [],
     maxContext: 8192,
+    oai_settings,
+    get mainApi() { return main_api; },
+    get amountGen() { return amount_gen; },
+    setMainApi,
+    backendRequests: [],
+    holdRaw: false,
+    heldRaw: [],
+    rawReply: '{"operations": []}',
+    /** Let every held generateRaw request answer. */
+    releaseBackend() { for (const resolve of host.heldRaw.splice(0)) resolve(); },
     skipped: [],
     get saveCount() { return saveCount; },
     chatFiles,
