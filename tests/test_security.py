@@ -114,6 +114,15 @@ async def test_sillytavern_the_proxy_and_a_typed_url_still_work(victim):
     await ok_json(await victim.get("/v1/chats", headers={"Origin": "http://st.example"}))
 
 
+async def test_the_authority_bridge_is_guarded_like_every_route(client):
+    """ST-BME's Authority client probes with no body (through ST's plugin: no Origin); a page cannot."""
+    assert (await ok_json(await client.post("/v1/authority/probe")))["healthy"] is True
+    await assert_error(await client.post("/v1/authority/probe", headers={"Origin": EVIL}), 403, "Origin")
+    resp = await client.post("/v1/authority/session/init", data=b'{"extensionId": "third-party/st-bme"}',
+                             headers={"Content-Type": "text/plain"})
+    await assert_error(resp, 415, "Content-Type")
+
+
 async def test_a_wildcard_origin_needs_a_token(aiohttp_client, tmp_path):
     """'*' would open the sidecar to every page: without a token it is ignored; with one, a page still
     needs the token, which it does not know."""
