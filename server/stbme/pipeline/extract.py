@@ -33,6 +33,7 @@ from ..store.queries import chat_row
 from ..tokens import truncate_to_tokens
 from .batch import BatchContext, batch_end
 from .evolve import EvolutionCounts
+from .heuristic import remove_tag_blocks
 from .operations import CREATABLE, NAMED_TYPES, OpApplier, parse_operations
 from .prompting import KeyMap, LLMStage, chat_language, memory_line
 from .sync import Message, load_messages
@@ -61,11 +62,7 @@ SCHEMA_APPENDIX = _schema()  # fixed: part of the cacheable system prompt, not o
 
 def strip_tags(text: str, tags: str) -> str:
     """Remove <tag>...</tag> blocks (and a dangling unclosed one at the end) for the given tags."""
-    names = [re.escape(t.strip()) for t in tags.split(",") if t.strip()]
-    if names:
-        alt = "|".join(names)
-        text = re.sub(rf"<({alt})\b[^>]*>.*?</\1\s*>", " ", text, flags=re.S | re.I)
-        text = re.sub(rf"<({alt})\b[^>]*>.*\Z", " ", text, flags=re.S | re.I)
+    text = remove_tag_blocks(text, [t.strip() for t in tags.split(",")], drop_unclosed=True, lenient=True)
     return re.sub(r"[ \t]+", " ", text).strip()
 
 
