@@ -8,7 +8,8 @@ Two routes through the real product (`stbme serve` on a temporary data dir):
            signals is remembered. No model work: a few seconds.
   sync:    the write path itself. The lines become a chat (each line a user message, answered by a short
            assistant message), synced and processed; the `signal` events of the DNA audit log say which
-           message created a directive (or refreshed an identical one). Embeds ~500 short texts: a minute.
+           message created a directive, or was merged into an earlier one as a near-duplicate (counted apart:
+           it made no directive of its own). Embeds ~500 short texts: about a minute.
 Prints precision (of the lines that create a directive, the share that are real instructions), recall
 (of the real instructions, the share that create one) and type accuracy, per language and register,
 then the confusion examples.
@@ -38,7 +39,7 @@ from evalkit.sidecar import Client, Server  # noqa: E402
 REPLY = {"en": "*She nods and waits for you to go on.*", "zh": "*她点点头，等你说下去。*"}
 
 
-async def via_preview(client: Client, lines: list[dict]) -> tuple[dict, dict]:
+async def via_preview(client: Client, lines: list[dict]) -> tuple[dict, dict, None]:
     created, detail = {}, {}
     for line in lines:
         found = (await client.call("POST", client.url + "/v1/dna/signals", {"text": line["text"]}))["signals"]
@@ -47,12 +48,15 @@ async def via_preview(client: Client, lines: list[dict]) -> tuple[dict, dict]:
         detail[line["id"]] = "; ".join(f"{s['type']} {s['confidence']:.2f} on {s['content'][:50]!r}"
                                        + (f" (wrong={s['wrong']!r}, right={s['right']!r})" if s.get("wrong") else "")
                                        for s in kept)
-    return created, detail
+    return created, detail, None
 
 
-async def via_sync(client: Client, lines: list[dict]) -> tuple[dict, dict]:
+async def via_sync(client: Client, lines: list[dict]) -> tuple[dict, dict, dict]:
+    """The lines as a chat through the write path. The DNA audit log says, per message, which directive
+    it created (`signal` events) or which earlier one it only reinforced as a duplicate (`reinforce`)."""
     created: dict[str, list[str]] = defaultdict(list)
     detail: dict[str, str] = {}
+    merged: dict[str, str] = {}
     for lang in sorted({line["lang"] for line in lines}):
         mine = [line for line in lines if line["lang"] == lang]
         chat_id = f"directives-{lang}"
@@ -64,17 +68,21 @@ async def via_sync(client: Client, lines: list[dict]) -> tuple[dict, dict]:
             messages.append({"role": "assistant", "name": "Narrator", "text": REPLY[lang]})
         await client.sync(chat_id, messages)
         await client.wait_processed({chat_id: len(messages)})
-        url = f"{client.url}/v1/dna/events?chat_id={quote(chat_id, safe='')}&kind=signal&limit=10000"
+        url = f"{client.url}/v1/dna/events?chat_id={quote(chat_id, safe='')}&limit=10000"
         for event in (await client.call("GET", url))["events"]:
-            data = event["data"]
-            line_id = at.get(data.get("message"))
-            if line_id and data.get("outcome") in ("created", "reinforced"):
+            data, line_id = event["data"], at.get(event["data"].get("message"))
+            if not line_id:
+                continue
+            if event["kind"] == "signal" and data.get("outcome") == "created":
                 created[line_id].append(data["type"])
-                detail[line_id] = (detail.get(line_id, "") + f" {data['type']} {data['outcome']}").strip()
-    return {k: sorted(set(v)) for k, v in created.items()}, detail
+                detail[line_id] = (detail.get(line_id, "") + f" {data['type']} created").strip()
+            elif event["kind"] == "reinforce" and data.get("reason") == "duplicate signal":
+                node = await client.node(chat_id, data["node_id"])
+                merged[line_id] = f"{node['type']} {node['fields'].get('content', '')[:60]!r} (cos {data['similarity']})"
+    return {k: sorted(set(v)) for k, v in created.items()}, detail, merged
 
 
-async def run(lines: list[dict], via: str, data_dir: Path) -> tuple[dict, dict]:
+async def run(lines: list[dict], via: str, data_dir: Path) -> tuple[dict, dict, dict | None]:
     server = Server(data_dir, {"llm.mode": "none"}, data_dir / "eval-server.log")
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
@@ -97,13 +105,16 @@ def main(path: Path, via: str, limit: int) -> None:
     lines = directives.load(path)
     data_dir = Path(tempfile.mkdtemp(prefix="stbme-directives-"))
     try:
-        created, detail = asyncio.run(run(lines, via, data_dir))
+        created, detail, merged = asyncio.run(run(lines, via, data_dir))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     langs = ", ".join(f"{lang} {sum(1 for x in lines if x['lang'] == lang)}" for lang in sorted({x["lang"] for x in lines}))
     click.echo(f"{len(lines)} labelled lines ({langs}); route: {via}; product defaults (llm.mode none)\n")
-    click.echo(directives.table(lines, created))
-    click.echo(directives.confusions(lines, created, detail, limit))
+    click.echo(directives.table(lines, created, merged))
+    if merged is not None:
+        click.echo("(merged: made no directive of its own; the write path took it for a duplicate of an earlier"
+                   " directive of the same type, cosine >= 0.9, and only reinforced that one)")
+    click.echo(directives.confusions(lines, created, detail, limit, merged))
     click.echo(f"\ntime: {time.monotonic() - started:.1f} s")
 
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -36,7 +38,7 @@ from evalkit.embedcache import DEFAULT_DIR, EmbeddingCache  # noqa: E402
 from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
 from evalkit.sidecar import Client, Server  # noqa: E402
 
-PRODUCT = "product (defaults)"
+PRODUCT = "product defaults"
 # Each stage off in turn. Read-path settings are global; write-path ones need the chats ingested again
 # under a per-chat override (their embeddings come from the product's own cache, so that is cheap).
 READ_ABLATIONS = {
@@ -50,8 +52,9 @@ READ_ABLATIONS = {
     "no recency (recall.recency_weight 0)": {"recall.recency_weight": 0.0},
     "no near-dup drop (duplicate_similarity 1)": {"recall.duplicate_similarity": 1.0},
 }
+NO_DIRECTIVES = "no directives (dna.signals false)"
 WRITE_ABLATIONS = {
-    "no directives (dna.signals false)": {"dna.signals": False},
+    NO_DIRECTIVES: {"dna.signals": False},
     "OOC-only signals (dna.signal_scope ooc)": {"dna.signal_scope": "ooc"},
 }
 NOT_ABLATABLE = (
@@ -108,23 +111,31 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             log(f"product: ingesting {len(chats)} chats into {data_dir}")
             await ingest(client, chats)
             timings["product ingest"] = time.monotonic() - started
+            timings["server CPU for ingest"] = server.cpu_seconds()
             started = time.monotonic()
-            variants[PRODUCT] = await product_outcomes(client, chats, suffix="", budget=budget, details=details)
+            details[PRODUCT] = {}
+            variants[PRODUCT] = await product_outcomes(client, chats, suffix="", budget=budget,
+                                                       details=details[PRODUCT])
             timings["product recall"] = time.monotonic() - started
             if args["ablations"]:
                 started = time.monotonic()
                 for name, values in READ_ABLATIONS.items():
                     log(f"ablation: {name}")
                     await client.put_settings(values)
-                    variants[name] = await product_outcomes(client, chats, suffix="", budget=budget)
+                    details[name] = {}
+                    variants[name] = await product_outcomes(client, chats, suffix="", budget=budget,
+                                                            details=details[name])
                     await client.put_settings({k: defaults[k] for k in values})
                 for name, values in WRITE_ABLATIONS.items():
                     log(f"ablation: {name} (ingest again with a per-chat override)")
                     suffix = "#" + ",".join(f"{k}={v}" for k, v in values.items())
                     await ingest(client, chats, suffix, values)
-                    variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget)
+                    details[name] = {}
+                    variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
+                                                            details=details[name])
                 timings["ablations"] = time.monotonic() - started
     finally:
+        timings["server CPU"] = server.cpu_seconds()
         server.stop()
         if not args["data_dir"] and not args["keep"]:
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -134,23 +145,30 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
 
 
 def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int) -> str:
-    """Questions plain BM25 answers in its top 5 and the product misses in its top 10."""
+    """Questions plain BM25 answers in its top 5 and the product misses in its top 10, one per language
+    and category in turn."""
     by_id = {q["id"]: (chat, q) for chat in chats for q in chat["questions"]}
     lexical = {o.qid: o for o in bm25}
-    lines = []
+    misses: dict[tuple[str, str], list] = {}
     for o in product:
-        if len(lines) >= n * 8:
-            break
         base = lexical[o.qid]
         if metrics.recall_at(o.evidence, o.ranked, 10) == 0 and metrics.recall_at(base.evidence, base.ranked, 5) > 0:
-            chat, q = by_id[o.qid]
-            ev = chat["messages"][q["evidence"][0]]["text"].replace("\n", " ")
-            lines.append(f"{q['id']} [{q['category']}] {q['query']!r}")
-            lines.append(f"   evidence #{q['evidence']}: BM25 rank {metrics.first_hit_rank(o.evidence, base.ranked)},"
-                         f" product rank {metrics.first_hit_rank(o.evidence, o.ranked)}; {ev[:160]!r}")
-            for m in details.get(o.qid, {}).get("ranking", [])[:5]:
-                parts = {k: round(v, 2) for k, v in (m["parts"] or {}).items()}
-                lines.append(f"   - {m['type']:<10} {m['seq']} {m['label'][:70]!r} {parts}")
+            misses.setdefault((o.lang, o.category), []).append((o, base))
+    picked = []
+    while len(picked) < n and any(misses.values()):
+        for group in misses.values():
+            if group and len(picked) < n:
+                picked.append(group.pop(0))
+    lines = []
+    for o, base in picked:
+        chat, q = by_id[o.qid]
+        ev = chat["messages"][q["evidence"][0]]["text"].replace("\n", " ")
+        lines.append(f"{q['id']} [{q['category']}] {q['query']!r} -> {q['answer']!r}")
+        lines.append(f"   evidence #{q['evidence']}: BM25 rank {metrics.first_hit_rank(o.evidence, base.ranked)},"
+                     f" product rank {metrics.first_hit_rank(o.evidence, o.ranked)}; {ev[:200]!r}")
+        for m in details.get(o.qid, {}).get("ranking", [])[:5]:
+            parts = {k: round(v, 2) for k, v in (m["parts"] or {}).items()}
+            lines.append(f"   - {m['type']:<10} {m['seq']} {m['label'][:70]!r} {parts}")
     return "\n".join(lines)
 
 
@@ -168,13 +186,14 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.option("--keep", is_flag=True, help="Keep the temporary data dir.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR,
               show_default=True, help="Where the baselines' vectors are cached.")
-@click.option("--examples", "n_examples", default=4, show_default=True,
+@click.option("--examples", "n_examples", default=10, show_default=True,
               help="Print this many questions BM25 answers and the product misses.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write every per-question result here.")
 def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir, keep, cache_dir, n_examples,
          json_path):
     """Evaluate recall of the product against baselines on the generated roleplay set."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
     started = time.monotonic()
     data = evalset.load(set_path)
     chats = data["chats"]
@@ -186,11 +205,11 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
         raise click.ClickException("no chats selected")
     log(f"{len(chats)} chats, {sum(len(c['questions']) for c in chats)} questions")
     timings: dict[str, float] = {}
+    args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations}
+    variants, details = asyncio.run(run_product(args, chats, timings))
     t = time.monotonic()
     baselines = baseline_outcomes(chats, None if no_vectors else EmbeddingCache(cache_dir))
     timings["baselines"] = time.monotonic() - t
-    args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations}
-    variants, details = asyncio.run(run_product(args, chats, timings))
     systems = {PRODUCT: variants[PRODUCT], **baselines}
     click.echo(f"\nRecall on {set_path.name} ({len(chats)} chats), product settings:"
                f" {args['settings'] or 'defaults'} (llm.mode none)\n")
@@ -203,13 +222,18 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
         click.echo(metrics.ablation_table({**variants, **{k: v for k, v in baselines.items()}}))
         click.echo("\nNo setting to ablate: " + "; ".join(NOT_ABLATABLE))
     if n_examples and "BM25" in baselines:
-        click.echo("\nBM25 top 5 has the evidence, the product's top 10 does not (its first 5 shown):")
-        click.echo(examples(chats, variants[PRODUCT], baselines["BM25"], details, n_examples))
+        for name in (PRODUCT, NO_DIRECTIVES):
+            if name in variants:
+                click.echo(f"\nBM25 top 5 has the evidence, {name!r} top 10 does not (its first 5 memories shown):")
+                click.echo(examples(chats, variants[name], baselines["BM25"], details[name], n_examples))
     if json_path:
         out = {name: [vars(o) for o in outs] for name, outs in {**variants, **baselines}.items()}
         json_path.write_text(json.dumps({"results": out, "details": details}, ensure_ascii=False))
     timings["total"] = time.monotonic() - started
-    click.echo("\ntime: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
+    timings["this process CPU"] = resource.getrusage(resource.RUSAGE_SELF).ru_utime + \
+        resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    click.echo("\ntime (wall, and CPU where it says so; the machine is shared, so wall time depends on the"
+               " load): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
 
 
 if __name__ == "__main__":

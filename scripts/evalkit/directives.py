@@ -37,6 +37,7 @@ class Counts:
     true_pos: int = 0
     false_pos: int = 0
     right_type: int = 0
+    merged: int = 0          # made no directive of its own, only reinforced an earlier one as a duplicate
 
     @property
     def precision(self) -> float | None:
@@ -56,14 +57,16 @@ class Counts:
         return self.right_type / self.true_pos if self.true_pos else None
 
 
-def count(lines: list[dict], created: dict[str, list[str]]) -> Counts:
-    """Counts over `lines`; `created[id]` lists the directive types made from each line."""
+def count(lines: list[dict], created: dict[str, list[str]], merged: dict[str, str] | None = None) -> Counts:
+    """Counts over `lines`; `created[id]` lists the directive types made from each line, `merged[id]` says
+    which earlier directive a line only reinforced (the write path merges near-duplicates)."""
     c = Counts()
     for line in lines:
         types = created.get(line["id"], [])
         real = line["label"] != "none"
         c.lines += 1
         c.instructions += real
+        c.merged += bool(not types and merged and line["id"] in merged)
         if types:
             c.created += 1
             c.true_pos += real
@@ -78,7 +81,7 @@ def group_key(line: dict) -> str:
     return "ooc marked" if line["marked"] else "ooc plain"
 
 
-def table(lines: list[dict], created: dict[str, list[str]]) -> str:
+def table(lines: list[dict], created: dict[str, list[str]], merged: dict[str, str] | None = None) -> str:
     """Precision, recall and type accuracy per language and register, then per type."""
     rows: list[tuple[str, list[dict]]] = []
     for lang in sorted({line["lang"] for line in lines}):
@@ -91,17 +94,19 @@ def table(lines: list[dict], created: dict[str, list[str]]) -> str:
     for type_ in TYPES:
         rows.append((f"all, label {type_}", [line for line in lines if line["label"] == type_]))
     head = (f"{'group':<22}{'lines':>6}{'instr':>6}{'made':>6}{'TP':>5}{'FP':>5}  precision  recall"
-            f"  fp-rate  type-acc")
+            f"  fp-rate  type-acc" + ("  merged" if merged is not None else ""))
     out = [head, "-" * len(head)]
     fmt = lambda v: "    -" if v is None else f"{v:5.3f}"  # noqa: E731
     for name, group in rows:
-        c = count(group, created)
+        c = count(group, created, merged)
         out.append(f"{name:<22}{c.lines:>6}{c.instructions:>6}{c.created:>6}{c.true_pos:>5}{c.false_pos:>5}"
-                   f"      {fmt(c.precision)}   {fmt(c.recall)}    {fmt(c.false_positive_rate)}     {fmt(c.type_accuracy)}")
+                   f"      {fmt(c.precision)}   {fmt(c.recall)}    {fmt(c.false_positive_rate)}     {fmt(c.type_accuracy)}"
+                   + (f"  {c.merged:>6}" if merged is not None else ""))
     return "\n".join(out)
 
 
-def confusions(lines: list[dict], created: dict[str, list[str]], detail: dict[str, str], limit: int) -> str:
+def confusions(lines: list[dict], created: dict[str, list[str]], detail: dict[str, str], limit: int,
+               merged: dict[str, str] | None = None) -> str:
     """False positives (what the in-character line turned into), misses and wrong types."""
     fp = [line for line in lines if line["label"] == "none" and created.get(line["id"])]
     fn = [line for line in lines if line["label"] != "none" and not created.get(line["id"])]
@@ -113,8 +118,9 @@ def confusions(lines: list[dict], created: dict[str, list[str]], detail: dict[st
         out.append(f"\n{title} ({len(group)}):")
         for line in group[:limit]:
             made = ",".join(created.get(line["id"], [])) or "-"
+            why = detail.get(line["id"]) or (f"merged into: {merged[line['id']]}" if merged and line["id"] in merged else "")
             out.append(f"  {line['id']} [{group_key(line)}; label {line['label']}; made {made}] {line['text']!r}"
-                       + (f"  <- {detail[line['id']]}" if detail.get(line["id"]) else ""))
+                       + (f"  <- {why}" if why else ""))
         if len(group) > limit:
             out.append(f"  ... {len(group) - limit} more")
     return "\n".join(out)

