@@ -10,11 +10,14 @@ messages before it, budget = the chat's recall.budget_tokens). Scores: evidence 
 language and category, the share of the top-10 evidence that reaches the injected block, the stale-fact
 rate on corrected facts, and the directive memories among the first 10.
 
-    .venv/bin/python scripts/eval_recall.py                    # everything: about 35 min on 2 cores,
-                                                               # plus ~25 min once to cache the baseline vectors
+    .venv/bin/python scripts/eval_recall.py                    # everything
     .venv/bin/python scripts/eval_recall.py --quick            # one chat per language
     .venv/bin/python scripts/eval_recall.py --data-dir /tmp/ev # keep the product's data: a re-run skips ingest
     .venv/bin/python scripts/eval_recall.py --setting recall.candidates 200 --no-ablations
+
+Cost: ingesting the six chats takes the product about 25 CPU minutes (it embeds every message); the
+21 recall passes about 4 minutes; the baselines' vectors as much CPU as the ingest once, then nothing
+(cached in .eval-cache/). The script prints wall time and the server's CPU time.
 """
 
 from __future__ import annotations
@@ -90,12 +93,34 @@ async def ingest(client: Client, chats: list[dict], suffix: str = "", overrides:
     await client.wait_processed({c["chat_id"] + suffix: len(c["messages"]) for c in chats})
 
 
-async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dict, dict]:
+def write_suffix(values: dict) -> str:
+    """Chat id suffix of the copies ingested under per-chat overrides."""
+    return "#" + ",".join(f"{k}={v}" for k, v in values.items())
+
+
+async def read_ablations(client: Client, chats: list[dict], *, suffix: str, budget: int, defaults: dict,
+                         label: str, variants: dict, details: dict) -> None:
+    """Each read-path stage off in turn (a global setting for one pass, then back to its default)."""
+    for name, values in READ_ABLATIONS.items():
+        log(f"ablation{label}: {name}")
+        await client.put_settings(values)
+        try:
+            details[name] = {}
+            variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
+                                                    details=details[name])
+        finally:
+            await client.put_settings({k: defaults[k] for k in values})
+
+
+async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dict, dict, dict]:
+    """The product's passes: defaults, each stage off in turn, and each read stage off on top of
+    dna.signals false (with directives first in every recall, most read stages change nothing)."""
     data_dir = args["data_dir"] or Path(tempfile.mkdtemp(prefix="stbme-eval-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     user_settings = {"llm.mode": "none", **args["settings"]}
     server = Server(data_dir, user_settings, data_dir / "eval-server.log")
     variants: dict[str, list] = {}
+    on_no_directives: dict[str, list] = {}
     details: dict = {}
     try:
         timeout = aiohttp.ClientTimeout(total=600)
@@ -119,20 +144,18 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             timings["product recall"] = time.monotonic() - started
             if args["ablations"]:
                 started = time.monotonic()
-                for name, values in READ_ABLATIONS.items():
-                    log(f"ablation: {name}")
-                    await client.put_settings(values)
-                    details[name] = {}
-                    variants[name] = await product_outcomes(client, chats, suffix="", budget=budget,
-                                                            details=details[name])
-                    await client.put_settings({k: defaults[k] for k in values})
+                await read_ablations(client, chats, suffix="", budget=budget, defaults=defaults, label="",
+                                     variants=variants, details=details)
                 for name, values in WRITE_ABLATIONS.items():
                     log(f"ablation: {name} (ingest again with a per-chat override)")
-                    suffix = "#" + ",".join(f"{k}={v}" for k, v in values.items())
-                    await ingest(client, chats, suffix, values)
+                    await ingest(client, chats, write_suffix(values), values)
                     details[name] = {}
-                    variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
-                                                            details=details[name])
+                    variants[name] = await product_outcomes(client, chats, suffix=write_suffix(values),
+                                                            budget=budget, details=details[name])
+                on_no_directives[NO_DIRECTIVES] = variants[NO_DIRECTIVES]
+                await read_ablations(client, chats, suffix=write_suffix(WRITE_ABLATIONS[NO_DIRECTIVES]),
+                                     budget=budget, defaults=defaults, label=" on dna.signals false",
+                                     variants=on_no_directives, details=details.setdefault("on no directives", {}))
                 timings["ablations"] = time.monotonic() - started
     finally:
         timings["server CPU"] = server.cpu_seconds()
@@ -141,7 +164,7 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             shutil.rmtree(data_dir, ignore_errors=True)
         elif args["keep"]:
             log(f"product data kept in {data_dir}")
-    return variants, details
+    return variants, on_no_directives, details
 
 
 def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int) -> str:
@@ -206,11 +229,12 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
     log(f"{len(chats)} chats, {sum(len(c['questions']) for c in chats)} questions")
     timings: dict[str, float] = {}
     args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations}
-    variants, details = asyncio.run(run_product(args, chats, timings))
+    variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))
     t = time.monotonic()
     baselines = baseline_outcomes(chats, None if no_vectors else EmbeddingCache(cache_dir))
     timings["baselines"] = time.monotonic() - t
-    systems = {PRODUCT: variants[PRODUCT], **baselines}
+    systems = {PRODUCT: variants[PRODUCT], **({"prod. signals off": variants[NO_DIRECTIVES]}
+                                              if NO_DIRECTIVES in variants else {}), **baselines}
     click.echo(f"\nRecall on {set_path.name} ({len(chats)} chats), product settings:"
                f" {args['settings'] or 'defaults'} (llm.mode none)\n")
     click.echo(metrics.main_table(systems, evalset.CATEGORIES, PRODUCT))
@@ -221,6 +245,10 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
         click.echo("\nAblation (the product with one stage off; same questions):\n")
         click.echo(metrics.ablation_table({**variants, **{k: v for k, v in baselines.items()}}))
         click.echo("\nNo setting to ablate: " + "; ".join(NOT_ABLATABLE))
+    if len(on_no_directives) > 1:
+        click.echo("\nAblation on top of dna.signals false (the chats ingested without directives; each read"
+                   " stage off in turn):\n")
+        click.echo(metrics.ablation_table({**on_no_directives, **baselines}))
     if n_examples and "BM25" in baselines:
         for name in (PRODUCT, NO_DIRECTIVES):
             if name in variants:
@@ -228,6 +256,8 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
                 click.echo(examples(chats, variants[name], baselines["BM25"], details[name], n_examples))
     if json_path:
         out = {name: [vars(o) for o in outs] for name, outs in {**variants, **baselines}.items()}
+        out.update({f"{name} | on dna.signals false": [vars(o) for o in outs]
+                    for name, outs in on_no_directives.items() if name != NO_DIRECTIVES})
         json_path.write_text(json.dumps({"results": out, "details": details}, ensure_ascii=False))
     timings["total"] = time.monotonic() - started
     timings["this process CPU"] = resource.getrusage(resource.RUSAGE_SELF).ru_utime + \
