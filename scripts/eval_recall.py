@@ -1,0 +1,270 @@
+#!/usr/bin/env python
+"""Recall evaluation: the real product (stbme serve, the bundled local model, heuristic memories) against
+plain BM25, the same model alone and their fusion, on the generated bilingual roleplay set
+(scripts/data/recall_eval.json.gz; see make_eval_set.py), with an ablation of every read-path stage that
+has a setting.
+
+The chats are synced as the SillyTavern extension syncs them; each question is sent as the chat's new
+user message and recalled as the extension's interceptor asks (query = that message, recent = the four
+messages before it, budget = the chat's recall.budget_tokens). Scores: evidence recall@5/10/20 per
+language and category, the share of the top-10 evidence that reaches the injected block, the stale-fact
+rate on corrected facts, and the directive memories among the first 10.
+
+    .venv/bin/python scripts/eval_recall.py                    # everything
+    .venv/bin/python scripts/eval_recall.py --quick            # one chat per language
+    .venv/bin/python scripts/eval_recall.py --data-dir /tmp/ev # keep the product's data: a re-run skips ingest
+    .venv/bin/python scripts/eval_recall.py --setting recall.candidates 200 --no-ablations
+
+Cost: ingesting the six chats takes the product about 25 CPU minutes (it embeds every message); the
+21 recall passes about 4 minutes; the baselines' vectors as much CPU as the ingest once, then nothing
+(cached in .eval-cache/). The script prints wall time and the server's CPU time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evalkit import evalset, metrics  # noqa: E402
+from evalkit.embedcache import DEFAULT_DIR, EmbeddingCache  # noqa: E402
+from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
+from evalkit.sidecar import Client, Server  # noqa: E402
+
+PRODUCT = "product defaults"
+# Each stage off in turn. Read-path settings are global; write-path ones need the chats ingested again
+# under a per-chat override (their embeddings come from the product's own cache, so that is cheap).
+READ_ABLATIONS = {
+    "keywords only (recall.vector_weight 0)": {"recall.vector_weight": 0.0},
+    "vectors only (recall.lexical_weight 0)": {"recall.lexical_weight": 0.0},
+    "input only (recall.recent_turns 0)": {"recall.recent_turns": 0},
+    "gates off (min_similarity, vector_margin, min_bm25 0)": {"recall.min_similarity": 0.0,
+                                                               "recall.vector_margin": 0.0, "recall.min_bm25": 0.0},
+    "candidates 200 (recall.candidates)": {"recall.candidates": 200},
+    "no importance (recall.importance_weight 0)": {"recall.importance_weight": 0.0},
+    "no recency (recall.recency_weight 0)": {"recall.recency_weight": 0.0},
+    "no near-dup drop (duplicate_similarity 1)": {"recall.duplicate_similarity": 1.0},
+}
+NO_DIRECTIVES = "no directives (dna.signals false)"
+WRITE_ABLATIONS = {
+    NO_DIRECTIVES: {"dna.signals": False},
+    "OOC-only signals (dna.signal_scope ooc)": {"dna.signal_scope": "ooc"},
+}
+NOT_ABLATABLE = (
+    "directives placed first in every recall (core memories), apart from creating none (dna.signals)",
+    "the speaker/participants text indexed with each memory",
+    "the recent-turn weights in the query vector (0.35, 0.15, ...) apart from recent_turns",
+    "reciprocal-rank fusion itself (its k = 60) and the DNA weight factor on the score",
+    "the rendering order and per-line token cap of the block (recall.budget_tokens is the budget, not a stage)",
+    "graph expansion, query splitting, date indexing, MMR: not in the product yet",
+)
+
+
+def log(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def parse_settings(pairs) -> dict:
+    out = {}
+    for name, value in pairs:
+        try:
+            out[name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name] = value
+    return out
+
+
+async def ingest(client: Client, chats: list[dict], suffix: str = "", overrides: dict | None = None) -> None:
+    for chat in chats:
+        chat_id = chat["chat_id"] + suffix
+        if overrides:
+            await client.put_chat_settings(chat_id, overrides)
+        await client.sync(chat_id, chat["messages"])
+    await client.wait_processed({c["chat_id"] + suffix: len(c["messages"]) for c in chats})
+
+
+def write_suffix(values: dict) -> str:
+    """Chat id suffix of the copies ingested under per-chat overrides."""
+    return "#" + ",".join(f"{k}={v}" for k, v in values.items())
+
+
+async def read_ablations(client: Client, chats: list[dict], *, suffix: str, budget: int, defaults: dict,
+                         label: str, variants: dict, details: dict) -> None:
+    """Each read-path stage off in turn (a global setting for one pass, then back to its default)."""
+    for name, values in READ_ABLATIONS.items():
+        log(f"ablation{label}: {name}")
+        await client.put_settings(values)
+        try:
+            details[name] = {}
+            variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
+                                                    details=details[name])
+        finally:
+            await client.put_settings({k: defaults[k] for k in values})
+
+
+async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dict, dict, dict]:
+    """The product's passes: defaults, each stage off in turn, and each read stage off on top of
+    dna.signals false (with directives first in every recall, most read stages change nothing)."""
+    data_dir = args["data_dir"] or Path(tempfile.mkdtemp(prefix="stbme-eval-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    user_settings = {"llm.mode": "none", **args["settings"]}
+    server = Server(data_dir, user_settings, data_dir / "eval-server.log")
+    variants: dict[str, list] = {}
+    on_no_directives: dict[str, list] = {}
+    details: dict = {}
+    try:
+        timeout = aiohttp.ClientTimeout(total=600)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            await server.wait_ready(session)
+            client = Client(session, server.url)
+            touched = {k for values in READ_ABLATIONS.values() for k in values} - set(user_settings)
+            schema = (await client.call("GET", server.url + "/v1/settings/schema"))["settings"]
+            defaults = {s["name"]: s["default"] for s in schema if s["name"] in touched}
+            await client.put_settings(defaults)  # a kept data dir may hold an aborted ablation
+            budget = (await client.settings())["recall.budget_tokens"]
+            started = time.monotonic()
+            log(f"product: ingesting {len(chats)} chats into {data_dir}")
+            await ingest(client, chats)
+            timings["product ingest"] = time.monotonic() - started
+            timings["server CPU for ingest"] = server.cpu_seconds()
+            started = time.monotonic()
+            details[PRODUCT] = {}
+            variants[PRODUCT] = await product_outcomes(client, chats, suffix="", budget=budget,
+                                                       details=details[PRODUCT])
+            timings["product recall"] = time.monotonic() - started
+            if args["ablations"]:
+                started = time.monotonic()
+                await read_ablations(client, chats, suffix="", budget=budget, defaults=defaults, label="",
+                                     variants=variants, details=details)
+                for name, values in WRITE_ABLATIONS.items():
+                    log(f"ablation: {name} (ingest again with a per-chat override)")
+                    await ingest(client, chats, write_suffix(values), values)
+                    details[name] = {}
+                    variants[name] = await product_outcomes(client, chats, suffix=write_suffix(values),
+                                                            budget=budget, details=details[name])
+                on_no_directives[NO_DIRECTIVES] = variants[NO_DIRECTIVES]
+                await read_ablations(client, chats, suffix=write_suffix(WRITE_ABLATIONS[NO_DIRECTIVES]),
+                                     budget=budget, defaults=defaults, label=" on dna.signals false",
+                                     variants=on_no_directives, details=details.setdefault("on no directives", {}))
+                timings["ablations"] = time.monotonic() - started
+    finally:
+        timings["server CPU"] = server.cpu_seconds()
+        server.stop()
+        if not args["data_dir"] and not args["keep"]:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        elif args["keep"]:
+            log(f"product data kept in {data_dir}")
+    return variants, on_no_directives, details
+
+
+def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int) -> str:
+    """Questions plain BM25 answers in its top 5 and the product misses in its top 10, one per language
+    and category in turn."""
+    by_id = {q["id"]: (chat, q) for chat in chats for q in chat["questions"]}
+    lexical = {o.qid: o for o in bm25}
+    misses: dict[tuple[str, str], list] = {}
+    for o in product:
+        base = lexical[o.qid]
+        if metrics.recall_at(o.evidence, o.ranked, 10) == 0 and metrics.recall_at(base.evidence, base.ranked, 5) > 0:
+            misses.setdefault((o.lang, o.category), []).append((o, base))
+    picked = []
+    while len(picked) < n and any(misses.values()):
+        for group in misses.values():
+            if group and len(picked) < n:
+                picked.append(group.pop(0))
+    lines = []
+    for o, base in picked:
+        chat, q = by_id[o.qid]
+        ev = chat["messages"][q["evidence"][0]]["text"].replace("\n", " ")
+        lines.append(f"{q['id']} [{q['category']}] {q['query']!r} -> {q['answer']!r}")
+        lines.append(f"   evidence #{q['evidence']}: BM25 rank {metrics.first_hit_rank(o.evidence, base.ranked)},"
+                     f" product rank {metrics.first_hit_rank(o.evidence, o.ranked)}; {ev[:200]!r}")
+        for m in details.get(o.qid, {}).get("ranking", [])[:5]:
+            parts = {k: round(v, 2) for k, v in (m["parts"] or {}).items()}
+            lines.append(f"   - {m['type']:<10} {m['seq']} {m['label'][:70]!r} {parts}")
+    return "\n".join(lines)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--set", "set_path", type=click.Path(exists=True, path_type=Path), default=evalset.DEFAULT_PATH,
+              show_default=True, help="The evaluation set (make_eval_set.py writes it).")
+@click.option("--quick", is_flag=True, help="One chat per language (development).")
+@click.option("--chat", "chat_ids", multiple=True, help="Only these chats (repeatable).")
+@click.option("--setting", "settings", type=(str, str), multiple=True,
+              help="Product setting for the whole run, VALUE as JSON (repeatable), as for `stbme serve`.")
+@click.option("--no-ablations", is_flag=True, help="Skip the ablation passes.")
+@click.option("--no-vectors", is_flag=True, help="Skip the e5 baseline and the fusion (no model work here).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the product's data here; a re-run with the same chats skips the ingest.")
+@click.option("--keep", is_flag=True, help="Keep the temporary data dir.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR,
+              show_default=True, help="Where the baselines' vectors are cached.")
+@click.option("--examples", "n_examples", default=10, show_default=True,
+              help="Print this many questions BM25 answers and the product misses.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write every per-question result here.")
+def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir, keep, cache_dir, n_examples,
+         json_path):
+    """Evaluate recall of the product against baselines on the generated roleplay set."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
+    started = time.monotonic()
+    data = evalset.load(set_path)
+    chats = data["chats"]
+    if chat_ids:
+        chats = [c for c in chats if c["chat_id"] in chat_ids]
+    elif quick:
+        chats = [next(c for c in chats if c["lang"] == lang) for lang in ("en", "zh")]
+    if not chats:
+        raise click.ClickException("no chats selected")
+    log(f"{len(chats)} chats, {sum(len(c['questions']) for c in chats)} questions")
+    timings: dict[str, float] = {}
+    args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations}
+    variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))
+    t = time.monotonic()
+    baselines = baseline_outcomes(chats, None if no_vectors else EmbeddingCache(cache_dir))
+    timings["baselines"] = time.monotonic() - t
+    systems = {PRODUCT: variants[PRODUCT], **({"prod. signals off": variants[NO_DIRECTIVES]}
+                                              if NO_DIRECTIVES in variants else {}), **baselines}
+    click.echo(f"\nRecall on {set_path.name} ({len(chats)} chats), product settings:"
+               f" {args['settings'] or 'defaults'} (llm.mode none)\n")
+    click.echo(metrics.main_table(systems, evalset.CATEGORIES, PRODUCT))
+    top40 = metrics.score(variants[PRODUCT]).recall
+    in40 = sum(metrics.recall_at(o.evidence, o.ranked, 40) for o in variants[PRODUCT]) / len(variants[PRODUCT])
+    click.echo(f"\nproduct: evidence in its first 40 memories (R@40) {in40:.3f}; R@20 {top40[20]:.3f}")
+    if len(variants) > 1:
+        click.echo("\nAblation (the product with one stage off; same questions):\n")
+        click.echo(metrics.ablation_table({**variants, **{k: v for k, v in baselines.items()}}))
+        click.echo("\nNo setting to ablate: " + "; ".join(NOT_ABLATABLE))
+    if len(on_no_directives) > 1:
+        click.echo("\nAblation on top of dna.signals false (the chats ingested without directives; each read"
+                   " stage off in turn):\n")
+        click.echo(metrics.ablation_table({**on_no_directives, **baselines}))
+    if n_examples and "BM25" in baselines:
+        for name in (PRODUCT, NO_DIRECTIVES):
+            if name in variants:
+                click.echo(f"\nBM25 top 5 has the evidence, {name!r} top 10 does not (its first 5 memories shown):")
+                click.echo(examples(chats, variants[name], baselines["BM25"], details[name], n_examples))
+    if json_path:
+        out = {name: [vars(o) for o in outs] for name, outs in {**variants, **baselines}.items()}
+        out.update({f"{name} | on dna.signals false": [vars(o) for o in outs]
+                    for name, outs in on_no_directives.items() if name != NO_DIRECTIVES})
+        json_path.write_text(json.dumps({"results": out, "details": details}, ensure_ascii=False))
+    timings["total"] = time.monotonic() - started
+    timings["this process CPU"] = resource.getrusage(resource.RUSAGE_SELF).ru_utime + \
+        resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    click.echo("\ntime (wall, and CPU where it says so; the machine is shared, so wall time depends on the"
+               " load): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
+
+
+if __name__ == "__main__":
+    main()

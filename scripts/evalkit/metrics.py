@@ -1,0 +1,139 @@
+"""Scores of the recall evaluation, and the tables that print them.
+
+A ranked item is a message range (first, last): a product memory's `seq_range`, or (i, i) for a raw
+message in the baselines. An item *hits* an evidence message when its range covers the message index.
+- recall@k of a question: the share of its evidence messages hit by the first k items; averaged over
+  questions (multi-hop questions with three evidence messages get partial credit).
+- block share: of the evidence hit in the top 10, the share also hit by the injected block, pooled
+  over questions (sum of both counts, then the ratio).
+- stale rate: the share of correction questions whose block holds a memory of a stale message that
+  still says the old value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+KS = (5, 10, 20)
+DIRECTIVE_TYPES = frozenset(("correction", "preference", "decision", "error", "workflow"))
+
+Range = tuple[int, int]
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One system's answer to one question."""
+    qid: str
+    lang: str
+    category: str
+    evidence: list[int]
+    ranked: list[Range]
+    block: list[Range] | None = None          # the injected block (the product only)
+    stale_in_block: bool | None = None        # correction questions (the product only)
+    directives_top10: int = 0                 # directive memories among the first 10
+    directives_block: int = 0
+
+
+def hits(evidence: list[int], items: list[Range]) -> set[int]:
+    """Evidence indexes covered by any item."""
+    return {e for e in evidence if any(a <= e <= b for a, b in items)}
+
+
+def recall_at(evidence: list[int], ranked: list[Range], k: int) -> float:
+    return len(hits(evidence, ranked[:k])) / len(evidence) if evidence else 0.0
+
+
+def first_hit_rank(evidence: list[int], ranked: list[Range]) -> int | None:
+    """1-based rank of the first item that hits any evidence, None when none does."""
+    for rank, (a, b) in enumerate(ranked, 1):
+        if any(a <= e <= b for e in evidence):
+            return rank
+    return None
+
+
+@dataclasses.dataclass
+class Score:
+    n: int
+    recall: dict[int, float]
+    block_share: float | None = None
+    stale_rate: float | None = None
+    stale_n: int = 0
+    directives_top10: float | None = None
+    directives_block: float | None = None
+
+
+def score(outcomes: list[Outcome]) -> Score:
+    """Aggregate scores of a group of outcomes (one system)."""
+    n = len(outcomes)
+    recall = {k: sum(recall_at(o.evidence, o.ranked, k) for o in outcomes) / n if n else 0.0 for k in KS}
+    result = Score(n, recall)
+    with_block = [o for o in outcomes if o.block is not None]
+    if with_block:
+        top = sum(len(hits(o.evidence, o.ranked[:10])) for o in with_block)
+        kept = sum(len(hits(o.evidence, o.ranked[:10]) & hits(o.evidence, o.block)) for o in with_block)
+        result.block_share = kept / top if top else None
+        result.directives_top10 = sum(o.directives_top10 for o in with_block) / len(with_block)
+        result.directives_block = sum(o.directives_block for o in with_block) / len(with_block)
+    stale = [o for o in outcomes if o.stale_in_block is not None]
+    if stale:
+        result.stale_rate = sum(o.stale_in_block for o in stale) / len(stale)
+        result.stale_n = len(stale)
+    return result
+
+
+def groups(outcomes: list[Outcome], categories: tuple[str, ...]) -> dict[tuple[str, str], list[Outcome]]:
+    """Outcomes by (language, category), with (language, 'all') and ('all', 'all')."""
+    out: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        out[(o.lang, o.category)].append(o)
+        out[(o.lang, "all")].append(o)
+        out[("all", "all")].append(o)
+    langs = sorted({o.lang for o in outcomes})
+    order = [(lang, c) for lang in langs for c in (*categories, "all")] + [("all", "all")]
+    return {key: out[key] for key in order if out.get(key)}
+
+
+def _fmt(value: float | None, width: int = 5) -> str:
+    if value is None:
+        return "-".rjust(width)
+    return f"{value:.3f}".lstrip("0").rjust(width) if value < 1 else f"{value:.2f}".rjust(width)
+
+
+def _recall_cells(s: Score) -> str:
+    return " ".join(_fmt(s.recall[k]) for k in KS)
+
+
+def main_table(systems: dict[str, list[Outcome]], categories: tuple[str, ...], product: str) -> str:
+    """Recall@5/10/20 of every system per language and category, plus the product's block share, stale
+    rate and directive memories among its first 10."""
+    names = list(systems)
+    width = len(_recall_cells(Score(0, {k: 0.0 for k in KS})))
+    head1 = f"{'':<19}|" + "|".join(f" {name[:width]:<{width}} " for name in names) + "| product"
+    head2 = f"{'lang category':<14}{'n':>5}|" + "|".join(f" {'R@5   R@10  R@20':<{width}} " for _ in names) + \
+        "| block  stale  dir@10"
+    lines = [head1, head2, "-" * len(head2)]
+    grouped = {name: groups(outs, categories) for name, outs in systems.items()}
+    for key in grouped[product]:
+        row = f"{key[0] + ' ' + key[1]:<14}{len(grouped[product][key]):>5}|"
+        row += "|".join(f" {_recall_cells(score(grouped[name].get(key, [])))} " for name in names)
+        p = score(grouped[product][key])
+        row += f"| {_fmt(p.block_share)}  {_fmt(p.stale_rate)}  {_fmt(p.directives_top10)}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def ablation_table(variants: dict[str, list[Outcome]]) -> str:
+    """One row per variant: recall per language, block share, stale rate, directive slots in the top 10."""
+    langs = sorted({o.lang for outs in variants.values() for o in outs})
+    width = len(_recall_cells(Score(0, {k: 0.0 for k in KS})))
+    head = f"{'variant':<48}|" + "|".join(f" {lang + ' R@5  R@10  R@20':<{width}} " for lang in langs) + \
+        "|  R@10 | block  stale  dir@10"
+    lines = [head, "-" * len(head)]
+    for name, outs in variants.items():
+        row = f"{name[:48]:<48}|"
+        row += "|".join(f" {_recall_cells(score([o for o in outs if o.lang == lang]))} " for lang in langs)
+        s = score(outs)
+        row += f"| {_fmt(s.recall[10])} | {_fmt(s.block_share)}  {_fmt(s.stale_rate)}  {_fmt(s.directives_top10)}"
+        lines.append(row)
+    return "\n".join(lines)

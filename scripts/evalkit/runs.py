@@ -1,0 +1,112 @@
+"""The systems the recall evaluation compares: the product through its HTTP API, and the baselines on
+the raw messages (plain BM25, the local model alone, their reciprocal-rank fusion)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+
+from . import bm25
+from .embedcache import EmbeddingCache
+from .metrics import DIRECTIVE_TYPES, Outcome
+from .sidecar import RECENT_MESSAGES, Client, chains
+
+RANK_DEPTH = 40          # memories asked for when reading the product's ranking
+RANK_BUDGET = 16000      # the largest budget the product accepts: the ranking is not cut by tokens
+EXCLUDE_RECENT = 4       # recall.exclude_recent_messages: the product skips the prompt's last messages
+
+
+def question_message(chat: dict, q: dict) -> dict:
+    return {"role": "user", "name": chat["user"], "text": q["query"], "send_date": chat["question_send_date"]}
+
+
+def candidates_end(chat: dict) -> int:
+    """Messages [0, end) are searchable when a question is asked: the product skips memories of the last
+    EXCLUDE_RECENT messages of the chat as it stands then (the question included)."""
+    return len(chat["messages"]) + 1 - EXCLUDE_RECENT
+
+
+def _range(memory: dict) -> tuple[int, int]:
+    seq = memory.get("seq_range")
+    return (seq[0], seq[1]) if seq else (-1, -1)
+
+
+async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, budget: int,
+                           details: dict | None = None) -> list[Outcome]:
+    """Ask every question of every chat (chats concurrently, questions in turn): sync the question as the
+    chat's newest user message, read the ranking (a large budget) and the block (the chat's budget)."""
+
+    async def one_chat(chat: dict) -> list[Outcome]:
+        chat_id = chat["chat_id"] + suffix
+        messages = chat["messages"]
+        n = len(messages)
+        base_chain = chains(messages)
+        recent = [{"role": m["role"], "name": m["name"], "text": m["text"]} for m in messages[n - RECENT_MESSAGES:]]
+        outcomes = []
+        for q in chat["questions"]:
+            full = messages + [question_message(chat, q)]
+            await client.sync(chat_id, full, start=n, chain=base_chain + chains(full[n:], base_chain[-1]))
+            body = {"query": q["query"], "recent": recent}
+            ranking = (await client.recall(chat_id, {**body, "budget_tokens": RANK_BUDGET,
+                                                     "max_memories": RANK_DEPTH}))["memories"]
+            block = await client.recall(chat_id, {**body, "budget_tokens": budget})
+            out = Outcome(q["id"], chat["lang"], q["category"], q["evidence"], [_range(m) for m in ranking],
+                          block=[_range(m) for m in block["memories"]],
+                          directives_top10=sum(m["type"] in DIRECTIVE_TYPES for m in ranking[:10]),
+                          directives_block=sum(m["type"] in DIRECTIVE_TYPES for m in block["memories"]))
+            if q["stale"]:
+                out.stale_in_block = await _stale_in_block(client, chat_id, q, block["memories"])
+            outcomes.append(out)
+            if details is not None:
+                details[q["id"]] = {"ranking": [_brief(m) for m in ranking[:10]],
+                                    "block": [_brief(m) for m in block["memories"]], "block_tokens": block["tokens"]}
+        return outcomes
+
+    results = await asyncio.gather(*(one_chat(c) for c in chats))
+    return [o for chat_outcomes in results for o in chat_outcomes]
+
+
+def _brief(memory: dict) -> dict:
+    return {"type": memory["type"], "label": memory["label"], "seq": memory.get("seq_range"),
+            "score": memory["score"], "parts": memory.get("score_parts")}
+
+
+async def _stale_in_block(client: Client, chat_id: str, q: dict, block: list[dict]) -> bool:
+    """Does the block hold a memory of a stale message that still says the old value?"""
+    old = q["stale_answer"].casefold()
+    for memory in block:
+        a, b = _range(memory)
+        if any(a <= s <= b for s in q["stale"]):
+            node = await client.node(chat_id, memory["id"])
+            if old in json.dumps(node["fields"], ensure_ascii=False).casefold():
+                return True
+    return False
+
+
+def baseline_outcomes(chats: list[dict], cache: EmbeddingCache | None) -> dict[str, list[Outcome]]:
+    """Plain BM25, the local model alone and their fusion (BM25 weight 2), each over the raw messages a
+    question may find (the same window the product searches)."""
+    systems: dict[str, list[Outcome]] = {"BM25": [], "e5 alone": [], "RRF(BM25x2, e5)": []}
+    for chat in chats:
+        end = candidates_end(chat)
+        docs = [m["text"] for m in chat["messages"][:end]]
+        index = bm25.BM25(docs)
+        queries = [q["query"] for q in chat["questions"]]
+        if cache is not None:
+            doc_vecs = cache.embed(docs, "passage", chat["chat_id"])
+            query_vecs = cache.embed(queries, "query", chat["chat_id"])
+        for i, q in enumerate(chat["questions"]):
+            lexical = bm25.ranking(index.scores(q["query"]))
+            item = lambda ranked: [(d, d) for d in ranked[:RANK_DEPTH]]  # noqa: E731
+            systems["BM25"].append(Outcome(q["id"], chat["lang"], q["category"], q["evidence"], item(lexical)))
+            if cache is None:
+                continue
+            sims = doc_vecs @ query_vecs[i]
+            vector = [int(d) for d in np.lexsort((np.arange(len(sims)), -sims))]
+            systems["e5 alone"].append(Outcome(q["id"], chat["lang"], q["category"], q["evidence"], item(vector)))
+            fused = bm25.rrf([(2.0, lexical), (1.0, vector)])
+            systems["RRF(BM25x2, e5)"].append(Outcome(q["id"], chat["lang"], q["category"], q["evidence"],
+                                                      item(fused)))
+    return {name: outs for name, outs in systems.items() if outs}
