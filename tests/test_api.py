@@ -568,13 +568,15 @@ async def test_every_error_path_has_the_error_shape(client, chat, tmp_path, aioh
     # bodies
     await assert_error(await client.post(sync, data=b"{not json", headers={"Content-Type": "application/json"}),
                        400, None)
-    await assert_error(await client.post(sync), 400, None)
-    await assert_error(await client.post(sync, data=b""), 400, None)
+    json_type = {"Content-Type": "application/json"}
+    await assert_error(await client.post(sync, headers=json_type), 400, None)
+    await assert_error(await client.post(sync, data=b"", headers=json_type), 400, None)
+    await assert_error(await client.post(sync, data=b"{}"), 415, "Content-Type")
     await assert_error(await client.post(sync, json=[1, 2, 3]), 400, None)
     await assert_error(await client.post(sync, json="text"), 400, None)
     await assert_error(await client.post(url(chat, "/recall"), json=[]), 400, None)
-    await assert_error(await client.post(url(chat, "/nodes"), json=None), 400, None)
-    await assert_error(await client.put("/v1/settings", data=b"\xff\xfe"), 400, None)
+    await assert_error(await client.post(url(chat, "/nodes"), data=b"null", headers=json_type), 400, None)
+    await assert_error(await client.put("/v1/settings", data=b"\xff\xfe", headers=json_type), 400, None)
     # routes and methods
     await assert_error(await client.get("/v1/nope"), 404, None)
     await assert_error(await client.get("/"), 404, None)
@@ -697,12 +699,13 @@ async def test_cors_allowed_origin(client):
 async def test_cors_other_origin_refused(client):
     evil = "http://evil.example"
     resp = await client.get("/health", headers={"Origin": evil})
+    await assert_error(resp, 403, "Origin")  # refused outright (tests/test_security.py: every route)
     assert "Access-Control-Allow-Origin" not in resp.headers
     resp = await client.get("/v1/chats")  # no Origin (curl, the ST server plugin): no CORS headers
     assert resp.status == 200 and "Access-Control-Allow-Origin" not in resp.headers
     pre = await client.options("/v1/chats/c1/sync", headers={
         "Origin": evil, "Access-Control-Request-Method": "POST"})
-    data = await assert_error(pre, 403, None)
+    data = await assert_error(pre, 403, "Origin")
     assert "server.cors_origins" in data["error"]
     assert "Access-Control-Allow-Origin" not in pre.headers
 

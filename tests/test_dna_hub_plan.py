@@ -8,16 +8,11 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-
 import aiohttp
 import pytest
 from aiohttp import web
 
-from conftest import HashEmbedder, wait_for_sync
+from conftest import HashEmbedder, serve_process
 from stbme.api.app import create_app
 from stbme.api.keys import services_key
 
@@ -169,34 +164,8 @@ class PlanNetwork:
 @pytest.fixture(scope="module")
 def stbme_hub(tmp_path_factory):
     """`stbme hub` as a real process on loopback (the plan's client sends no token)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    data = tmp_path_factory.mktemp("hub")
-    proc = subprocess.Popen([sys.executable, "-m", "stbme", "hub", "--port", str(port), "--data-dir", str(data)],
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    def answers():
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("stbme hub exited: " + proc.stderr.read()) from None
-            return False
-
-    try:
-        wait_for_sync(answers, "stbme hub to answer /health", timeout=60)
+    with serve_process(tmp_path_factory.mktemp("hub"), command="hub") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 async def test_the_plans_client_against_stbme_hub(stbme_hub, aiohttp_client, tmp_path):

@@ -452,3 +452,21 @@ async def test_a_plot_turn_is_extracted_at_once(tmp_path, embedder, fake):
         assert fake.tasks().count("extract") == 1  # the smart trigger did not wait for three replies
     finally:
         await sc.close()
+
+
+def test_tag_blocks_are_removed_like_the_regex_they_replace():
+    """remove_tag_blocks scans once instead of backtracking (a message full of unclosed tags stalled a batch);
+    on any input it removes exactly what `<x>.*?</x>` removed."""
+    import re
+
+    from stbme.pipeline.heuristic import clean_text
+
+    reference = re.compile(r"<(think|thinking|analysis|reasoning)>.*?</\1>", re.S | re.I)
+    rng = random.Random(5)
+    parts = ["<think>", "</think>", "<THINK>", "</Think>", "<analysis>", "</analysis >", "text ", "x\n",
+             "<reasoning>", "</reasoning>", "<thinking>", "</thinking>", "<b>"]
+    for _ in range(3000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 10)))
+        assert clean_text(text) == re.sub(r"[ \t]+", " ", reference.sub(" ", text)).strip(), text
+    assert strip_tags("a <think>b</think> c <analysis x='1'>d", "think,analysis") == "a c"
+    assert clean_text("<think>" * 5000 + "kept") == "<think>" * 5000 + "kept"

@@ -126,10 +126,10 @@ async def test_extension_errors_and_disconnects_fail_the_request_at_once():
                                                   max_tokens=10, timeout_s=5))
     await wait_for(lambda: sent, "the request to reach the extension")
     assert sent[0]["type"] == "relay_request" and sent[0]["task"] == "summary"
-    assert channel.resolve({"type": "relay_response", "id": sent[0]["id"], "error": "No API connected"})
+    assert channel.resolve({"type": "relay_response", "id": sent[0]["id"], "error": "No API connected"}, peer)
     with pytest.raises(LLMError, match="could not run the relayed LLM request: No API connected"):
         await pending
-    assert not channel.resolve({"type": "relay_response", "id": sent[0]["id"], "text": "late"})  # ignored
+    assert not channel.resolve({"type": "relay_response", "id": sent[0]["id"], "text": "late"}, peer)  # ignored
     pending = asyncio.create_task(channel.request([], task="summary", max_tokens=10, timeout_s=5))
     await wait_for(lambda: len(sent) == 2, "the second request to reach the extension")
     channel.detach(peer)

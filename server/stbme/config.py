@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
 from .errors import BadRequest
+from .origins import check_host_names, check_http_url, check_origins
+from .patterns import PatternError, check_pattern, split_patterns
 from .policy import STRATEGIES
+
 
 SettingValue = Any
 
@@ -27,6 +30,7 @@ class Setting:
     per_chat: bool = False
     secret: bool = False
     restart: bool = False  # takes effect on the next start
+    check: Callable[[Any], None] | None = None  # a further rule on the value; raises ValueError saying why
 
     @property
     def group(self) -> str:
@@ -49,6 +53,15 @@ class Setting:
 
     def validate(self, value: Any) -> SettingValue:
         """Return the value coerced to this setting's type, or raise BadRequest naming the setting."""
+        value = self._typed(value)
+        if self.check is not None:
+            try:
+                self.check(value)
+            except ValueError as exc:
+                raise BadRequest(f"setting {self.name!r}: {exc}", field=self.name) from None
+        return value
+
+    def _typed(self, value: Any) -> SettingValue:
         bad = lambda why: BadRequest(f"setting {self.name!r}: {why}", field=self.name)  # noqa: E731
         if self.type == "bool":
             if isinstance(value, bool):
@@ -87,14 +100,30 @@ class Setting:
         raise AssertionError(f"unknown setting type {self.type}")
 
 
+def _check_patterns(value: str) -> None:
+    for pattern in split_patterns(value):
+        try:
+            check_pattern(pattern)
+        except PatternError as exc:
+            raise ValueError(f"pattern {pattern!r}: {exc}") from None
+
+
 S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # server
     S("server.cors_origins", ["http://127.0.0.1:8000", "http://localhost:8000"], "list",
-      "Browser origins (the SillyTavern page) allowed to call the sidecar directly."),
+      "Browser origins (the SillyTavern page, scheme://host[:port]) allowed to call the sidecar directly; a "
+      "request from any other page is refused (403). '*' allows every page, and is honoured only when the "
+      "sidecar requires a token (docs/security.md).", check=check_origins),
     S("server.extra_cors_origins", [], "list",
       "More browser origins allowed besides server.cors_origins, e.g. SillyTavern opened at "
-      "http://192.168.1.10:8000. Adding one here keeps the default origins."),
+      "http://192.168.1.10:8000. Adding one here keeps the default origins.", check=check_origins),
+    S("server.allowed_hosts", [], "list",
+      "Host names, besides localhost, 127.0.0.1 and ::1, a loopback sidecar without a token answers to (the "
+      "Host header; anything else is refused against DNS rebinding). Add the name you reach it by, e.g. "
+      "st-box.lan.", check=check_host_names),
+    S("server.body_timeout_s", 60.0, "float",
+      "A request body that has not fully arrived after this many seconds is refused (408).", min=1, max=3600),
     S("server.max_body_bytes", 32 * 1024 * 1024, "int", "Largest request body accepted, in bytes.",
       min=1024, max=1024 * 1024 * 1024, restart=True),
     S("server.max_sync_messages", 2000, "int", "Most messages one sync request may carry.", min=1, max=100000),
@@ -105,7 +134,8 @@ SETTINGS: tuple[Setting, ...] = (
       "Embedding model: 'local' (bundled multilingual-e5-small, no network) or 'openai' "
       "(any OpenAI-compatible /v1/embeddings). Changing it re-embeds every memory in the background.",
       choices=("local", "openai")),
-    S("embed.openai_url", "", "str", "Base URL of an OpenAI-compatible embeddings API, e.g. http://127.0.0.1:11434/v1."),
+    S("embed.openai_url", "", "str", "Base URL of an OpenAI-compatible embeddings API, e.g. http://127.0.0.1:11434/v1.",
+      check=check_http_url),
     S("embed.openai_key", "", "str", "API key for the embeddings API (empty for local servers).", secret=True),
     S("embed.openai_model", "text-embedding-3-small", "str", "Embedding model name for the OpenAI-compatible API."),
     S("embed.batch_size", 32, "int", "Texts per embedding call.", min=1, max=2048),
@@ -140,6 +170,9 @@ SETTINGS: tuple[Setting, ...] = (
     S("recall.duplicate_similarity", 0.97, "float",
       "A memory this similar (cosine) to a better-ranked one is left out as a near-duplicate.", min=0.5, max=1),
     S("recall.recent_turns", 2, "int", "Recent chat turns blended into the recall query.", min=0, max=20),
+    S("recall.max_query_tokens", 256, "int",
+      "Longest recall query (and recent turn) embedded and searched, in tokens: only the end of a longer one is "
+      "used (the embedding model's cost grows with its input, up to 512 tokens).", min=16, max=100000),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
     S("recall.in_prompt_tokens", 1000, "int",
@@ -168,7 +201,7 @@ SETTINGS: tuple[Setting, ...] = (
       "or 'relay' (the extension runs each request on your current SillyTavern connection; no second key).",
       choices=("none", "openai", "relay")),
     S("llm.url", "", "str", "Base URL of an OpenAI-compatible chat API, e.g. https://api.openai.com/v1 or "
-      "http://127.0.0.1:11434/v1 (llm.mode = openai)."),
+      "http://127.0.0.1:11434/v1 (llm.mode = openai).", check=check_http_url),
     S("llm.key", "", "str", "API key of the chat API (empty for local servers).", secret=True),
     S("llm.model", "", "str", "Model name for the chat API, e.g. gpt-4o-mini or deepseek-chat."),
     S("llm.temperature", 0.2, "float", "Sampling temperature of memory tasks.", min=0, max=2),
@@ -203,7 +236,8 @@ SETTINGS: tuple[Setting, ...] = (
       "Extract early when the new text looks like a plot turn (keywords, patterns, names), before "
       "extract.llm_every assistant messages.", per_chat=True),
     S("extract.trigger_patterns", "", "str",
-      "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive).", per_chat=True),
+      "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive, RE2 syntax: no "
+      "backreferences or lookaround).", per_chat=True, check=lambda value: _check_patterns(value)),
     S("extract.smart_threshold", 3, "int", "Smart-trigger score that starts an extraction (plot-turn words up to "
       "2, a trigger pattern 2, role switches 1, '!?' 1, a name 1).", min=1, max=10, per_chat=True),
     # dedupe
@@ -305,7 +339,7 @@ SETTINGS: tuple[Setting, ...] = (
     # DNA hub (optional): share genes and capsules between sidecars, never chat content
     S("network.enabled", False, "bool", "Join a DNA hub: heartbeat with stats, publish and fetch genes/capsules."),
     S("network.hub_url", "", "str", "Base URL of the DNA hub (`stbme hub`), e.g. http://127.0.0.1:8770 "
-      "(empty = none)."),
+      "(empty = none).", check=check_http_url),
     S("network.node_id", "", "str", "This sidecar's name on the hub (empty = none)."),
     S("network.token", "", "str", "Token the hub requires (Authorization: Bearer).", secret=True),
     S("network.heartbeat_interval_minutes", 6, "int", "Minutes between heartbeats to the hub.",
@@ -358,6 +392,7 @@ class Settings:
         self._global = defaults()
         self._global.update(global_values or {})
         self._chat: dict[str, dict] = {k: dict(v) for k, v in (chat_values or {}).items()}
+        self.degraded: list = []  # setting_rules.Degraded: stored values this run sets aside, and why
 
     def get(self, name: str, chat_id: str | None = None) -> SettingValue:
         if chat_id is not None:

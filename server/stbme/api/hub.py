@@ -24,7 +24,7 @@ from ..errors import BadRequest, NotFound
 from ..policy import STRATEGIES
 from ..store import Store
 from ..store.migrations import HUB_MIGRATIONS
-from .middleware import auth_middleware, error_middleware
+from .middleware import auth_middleware, browser_middleware, error_middleware, host_middleware, protocol_log
 from .requests import json_response, read_object
 
 DEFAULT_HUB_PORT = 8770
@@ -149,8 +149,13 @@ async def _health(request):
 
 
 def create_hub_app(data_dir: Path | str, *, token: str = "") -> web.Application:
-    """The hub: heartbeats, published genes and capsules, in `<data_dir>/hub.sqlite3`."""
-    app = web.Application(middlewares=[error_middleware, auth_middleware(token or "")], client_max_size=MAX_HUB_BODY)
+    """The hub: heartbeats, published genes and capsules, in `<data_dir>/hub.sqlite3`. Sidecars call it,
+    browsers never: any request from a web page is refused, and without a token only loopback Host names
+    are answered (DNS rebinding)."""
+    guards = [host_middleware(lambda: [])] if not token else []
+    app = web.Application(middlewares=[*guards, browser_middleware(lambda: [], allow_any_origin=False),
+                                       error_middleware, auth_middleware(token or "")],
+                          client_max_size=MAX_HUB_BODY, handler_args={"logger": protocol_log})
     app[hub_store_key] = Store.open(Path(data_dir).expanduser() / HUB_DATABASE, migrations=HUB_MIGRATIONS)
     r = app.router
     r.add_get("/health", _health)

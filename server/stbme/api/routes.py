@@ -11,6 +11,8 @@ from ..errors import BadRequest
 from ..graph.schema import Strength
 from .bodies import parse_memory_edit, parse_new_memory, parse_recall, parse_settings, parse_sync_request
 from .keys import services as _svc
+from .keys import token_key
+from .middleware import is_authorised
 from .requests import chat_id, choice_query, int_query, json_response, read_json, read_object
 
 
@@ -19,11 +21,19 @@ def _max_chars(request: web.Request) -> int:
 
 
 async def health(request):
-    return json_response(await _svc(request).health.report())
+    """Open without the token (the extension's connection check); the store's path on disk and the stored
+    settings set aside only for an authorised request."""
+    svc, report = _svc(request), await _svc(request).health.report()
+    authorised = is_authorised(request, request.app[token_key])
+    if not authorised:
+        report["store"]["path"] = None
+    report["settings_degraded"] = [d.to_json() for d in svc.settings.degraded] if authorised else []
+    return json_response(report)
 
 
 async def get_settings(request):
-    return json_response({"settings": _svc(request).settings.all()})
+    svc = _svc(request)
+    return json_response({"settings": svc.settings.all(), "degraded": [d.to_json() for d in svc.settings.degraded]})
 
 
 async def put_settings(request):
@@ -68,7 +78,8 @@ async def sync(request):
 
 async def recall(request):
     chat = chat_id(request)
-    req = parse_recall(await read_json(request), max_chars=_max_chars(request))
+    req = parse_recall(await read_json(request), max_chars=_max_chars(request),
+                       max_query_tokens=_svc(request).settings["recall.max_query_tokens"])
     return json_response(await _svc(request).recall.recall(chat, req))
 
 

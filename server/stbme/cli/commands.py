@@ -13,6 +13,7 @@ from ..api import DEFAULT_PORT, create_app
 from ..api.requests import check_chat_id
 from ..errors import StbmeError
 from ..services import DATABASE, Services
+from ..setting_rules import RULES
 from ..usecases.progress import format_duration
 from ..usecases.recall import RecallRequest
 from .common import ProgressBar, create_option, data_dir_option, owner_of, require_chat, run
@@ -262,4 +263,14 @@ def settings_markdown() -> str:
         default = "" if s.secret else orjson.dumps(s.default).decode()
         lines.append(f"| `{s.name}` | {s.type} | `{default}` | {rng} | {'yes' if s.per_chat else ''} | "
                      f"{s.help}{' (restart)' if s.restart else ''} |")
+    lines += ["", "## Rules between settings", "",
+              "`PUT /v1/settings`, `stbme settings KEY VALUE` and `stbme serve --setting` refuse a combination that "
+              "breaks one of these (400 "
+              "naming the setting). A stored combination that breaks one (or a stored value that no longer "
+              "validates) never stops the sidecar: it runs with the fallback, logs a warning and lists it under "
+              "`settings_degraded` in `/health` and `degraded` in `GET /v1/settings` until the setting is fixed.",
+              "", "| setting named | rule | fallback for the run |", "|---|---|---|"]
+    for rule in RULES:
+        fallback = ", ".join(f"`{k} = {orjson.dumps(v).decode()}`" for k, v in rule.fallback.items())
+        lines.append(f"| `{rule.field}` | {rule.message} | {fallback} |")
     return "\n".join(lines) + "\n"

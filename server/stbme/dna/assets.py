@@ -19,6 +19,7 @@ import orjson
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..index.lexical import tokenize
+from ..patterns import MAX_PATTERN_CHARS, PatternError, check_pattern, matches
 from .actions import exported, runnable, validate_actions
 from .signals import SIGNAL_TYPES
 from ..policy import STRATEGIES
@@ -26,7 +27,7 @@ from ..policy import STRATEGIES
 TRIGGER_TYPES = SIGNAL_TYPES + ("repair_loop",)
 TYPE_MATCH = 0.3
 SIMILARITY_WEIGHT = 0.7
-MAX_PATTERN = 500
+MAX_PATTERN = MAX_PATTERN_CHARS
 MAX_NAME = 120
 MAX_DESCRIPTION = 2000
 
@@ -170,9 +171,9 @@ def validate_triggers(value: Any) -> list[dict]:
             raise BadRequest(f"'{where}.pattern' must be a string of at most {MAX_PATTERN} characters",
                              field=f"{where}.pattern")
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise BadRequest(f"'{where}.pattern' is not a valid regular expression: {exc}",
+            check_pattern(pattern)
+        except PatternError as exc:
+            raise BadRequest(f"'{where}.pattern' is not a usable regular expression: {exc}",
                              field=f"{where}.pattern") from None
         out.append({"type": raw["type"], "pattern": pattern})
     return out
@@ -373,11 +374,8 @@ def pattern_similarity(pattern: str, content: str) -> float:
     share of the pattern's literal words found in the text (0 for an empty pattern)."""
     if not pattern:
         return 0.0
-    try:
-        if re.search(pattern, content, re.I):
-            return 1.0
-    except re.error:
-        return 0.0
+    if matches(pattern, content):  # RE2: linear time, whatever the pattern (a gene's is user-written)
+        return 1.0
     words = set(tokenize(re.sub(r"\\[a-zA-Z]|[\^$.*+?()\[\]{}|\\]", " ", pattern)))
     if not words:
         return 0.0

@@ -21,6 +21,8 @@ from ..pipeline.sync import ROLES, Message
 FORMAT = "stbme-sidecar"
 FORMAT_VERSION = 1
 MAX_IMPORT_NODES = 200_000
+# Message indexes stored in SQLite INTEGER columns: beyond these an import is refused, not overflowed.
+MIN_SEQ, MAX_SEQ = -(2**31), 2**31 - 1
 LAYERS = ("working", "short_term", "long_term")
 
 
@@ -97,13 +99,23 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _int(value: Any) -> int | None:
+def _whole(value: Any) -> int | None:
+    """A whole number kept in JSON (a timestamp in a history entry), None for anything else."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _range(value: Any) -> tuple[int | None, int | None]:
+def _int(value: Any, field: str) -> int | None:
+    """A whole number that goes into an INTEGER column (a message index), None for anything else; a 400
+    naming `field` when it is out of the range SQLite and the chat can hold."""
+    value = _whole(value)
+    if value is not None and not MIN_SEQ <= value <= MAX_SEQ:
+        raise BadRequest(f"'{field}' is {value}, outside {MIN_SEQ}..{MAX_SEQ}", field=field)
+    return value
+
+
+def _range(value: Any, field: str) -> tuple[int | None, int | None]:
     """[a, b] of whole numbers (message indexes), else (None, None)."""
-    if isinstance(value, list) and len(value) == 2 and all(_int(x) is not None for x in value):
+    if isinstance(value, list) and len(value) == 2 and all(_int(x, field) is not None for x in value):
         return min(value), max(value)
     return None, None
 
@@ -164,8 +176,8 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
         if not fields:
             skipped.append(f"nodes[{i}]: no fields")
             continue
-        seq_from, seq_to = _range(raw.get("seqRange"))
-        if seq_from is None and _int(raw.get("seq")) is not None:
+        seq_from, seq_to = _range(raw.get("seqRange"), f"nodes[{i}].seqRange")
+        if seq_from is None and _int(raw.get("seq"), f"nodes[{i}].seq") is not None:
             seq_from = seq_to = raw["seq"]
         created = _seconds(raw.get("createdTime"), now)
         node = Node(
@@ -191,18 +203,19 @@ def from_stbme_extension(doc: dict, chat_id: str) -> ImportedGraph:
     edges = _edges(_list(doc.get("edges")), id_map, chat_id, skipped, ("fromId", "toId"), now)
     # v9 summaries live outside the node list: keep the active ones as summary memories.
     summary_state = doc.get("summaryState") if isinstance(doc.get("summaryState"), dict) else {}
-    for entry in _list(summary_state.get("entries")):
+    for i, entry in enumerate(_list(summary_state.get("entries"))):
         if isinstance(entry, dict) and entry.get("status", "active") == "active" and entry.get("text"):
-            seq_from, seq_to = _range(entry.get("messageRange"))
+            seq_from, seq_to = _range(entry.get("messageRange"), f"summaryState.entries[{i}].messageRange")
             if seq_from is not None and seq_from < 0:  # ST-BME writes [-1, -1] for "unknown"
                 seq_from = seq_to = None
             level = int(_num(entry.get("level"), 0, 0, 100))
             nodes.append(Node(id=new_id("n"), chat_id=chat_id, type="summary",
                               fields={"summary": str(entry["text"]), "level": level},
                               seq_from=seq_from, seq_to=seq_to, importance=7.0, source="import"))
-    processed = _int(doc.get("lastProcessedSeq"))
+    processed = _int(doc.get("lastProcessedSeq"), "lastProcessedSeq")
     if processed is None and isinstance(doc.get("historyState"), dict):
-        processed = _int(doc["historyState"].get("lastProcessedAssistantFloor"))
+        processed = _int(doc["historyState"].get("lastProcessedAssistantFloor"),
+                         "historyState.lastProcessedAssistantFloor")
     return ImportedGraph(nodes, edges, skipped, processed)
 
 
@@ -214,7 +227,7 @@ def _history_from_extension(raw: dict, id_map: dict[str, str]) -> list[dict]:
         if isinstance(entry, dict):
             trigger = entry.get("triggeredBy")
             history.append({"triggered_by": id_map.get(trigger, trigger) if isinstance(trigger, str) else None,
-                            "timestamp": _int(entry.get("timestamp")), "reason": str(entry.get("reason") or "")})
+                            "timestamp": _whole(entry.get("timestamp")), "reason": str(entry.get("reason") or "")})
     return history + [e for e in _list(raw.get("_stbmeHistory"))[:100] if isinstance(e, dict)]
 
 
@@ -268,7 +281,7 @@ def _edges(raw_edges, id_map, chat_id, skipped, keys, now, on_edge=None) -> list
             expired_at=_seconds(raw.get("expiredAt", raw.get("expired_at")), 0) or None,
         ))
         if on_edge is not None:
-            on_edge(edges[-1], raw)
+            on_edge(edges[-1], raw, f"edges[{i}]")
     return edges
 
 
@@ -287,7 +300,7 @@ def from_export(doc: dict, chat_id: str) -> ImportedGraph:
         if not fields:
             skipped.append(f"nodes[{i}]: no fields")
             continue
-        seq_from, seq_to = _range(raw.get("seq_range"))
+        seq_from, seq_to = _range(raw.get("seq_range"), f"nodes[{i}].seq_range")
         node = Node(
             id=new_id("n"), chat_id=chat_id, type=raw["type"], fields=fields,
             importance=_num(raw.get("importance"), 5, 0, 10), weight=_num(raw.get("weight"), 1, 0, 1),
@@ -308,21 +321,22 @@ def from_export(doc: dict, chat_id: str) -> ImportedGraph:
             id_map[raw["id"]] = node.id
         nodes.append(node)
         pairs.append((node, raw))
-        _origin(derived, node.id, raw)
+        _origin(derived, node.id, raw, f"nodes[{i}]")
     for node, raw in pairs:
         node.parent_id = _ref(id_map, raw.get("parent_id"))
         node.children = [id_map[c] for c in _list(raw.get("children")) if _ref(id_map, c)]
     edges = _edges(_list(doc.get("edges")), id_map, chat_id, skipped, ("from_id", "to_id"), now,
-                   on_edge=lambda edge, raw: _origin(derived, edge.id, raw))
+                   on_edge=lambda edge, raw, where: _origin(derived, edge.id, raw, where))
     messages = _messages(doc["messages"]) if "messages" in doc else None
-    processed = _int(doc.get("processed_upto"))
+    processed = _int(doc.get("processed_upto"), "processed_upto")
+    llm_upto = _int(doc.get("llm_upto"), "llm_upto")
     return ImportedGraph(nodes, edges, skipped, processed if messages is not None else None, messages,
-                         derived if messages is not None else {}, _int(doc.get("degraded_from")),
-                         _int(doc.get("llm_upto")) if _int(doc.get("llm_upto")) is not None else -1)
+                         derived if messages is not None else {}, _int(doc.get("degraded_from"), "degraded_from"),
+                         llm_upto if llm_upto is not None else -1)
 
 
-def _origin(derived: dict, item_id: str, raw: dict) -> None:
-    start, end = _range(raw.get("derived_from"))
+def _origin(derived: dict, item_id: str, raw: dict, where: str) -> None:
+    start, end = _range(raw.get("derived_from"), f"{where}.derived_from")
     if start is not None and start >= 0:
         derived[item_id] = (start, end)
 
@@ -342,7 +356,7 @@ def _messages(raw: Any) -> list[Message]:
             if not isinstance(m.get(key), str):
                 raise BadRequest(f"'{where}.{key}' must be a string", field=f"{where}.{key}")
         swipe_id, send_date = m.get("swipe_id"), m.get("send_date")
-        messages.append(Message(i, m["role"], m["name"], m["text"], _int(swipe_id),
+        messages.append(Message(i, m["role"], m["name"], m["text"], _int(swipe_id, f"{where}.swipe_id"),
                                 send_date if isinstance(send_date, str) else None))
     return messages
 

@@ -27,11 +27,13 @@ from ..graph.changes import ChangeSet
 from ..graph.model import field_text, node_from_row
 from ..graph.schema import NODE_TYPES
 from ..llm.prompts import EVOLVE_WITH_EXTRACTION
+from ..patterns import matches, split_patterns
 from ..store.events import record_event
 from ..store.queries import chat_row
 from ..tokens import truncate_to_tokens
 from .batch import BatchContext, batch_end
 from .evolve import EvolutionCounts
+from .heuristic import remove_tag_blocks
 from .operations import CREATABLE, NAMED_TYPES, OpApplier, parse_operations
 from .prompting import KeyMap, LLMStage, chat_language, memory_line
 from .sync import Message, load_messages
@@ -60,11 +62,7 @@ SCHEMA_APPENDIX = _schema()  # fixed: part of the cacheable system prompt, not o
 
 def strip_tags(text: str, tags: str) -> str:
     """Remove <tag>...</tag> blocks (and a dangling unclosed one at the end) for the given tags."""
-    names = [re.escape(t.strip()) for t in tags.split(",") if t.strip()]
-    if names:
-        alt = "|".join(names)
-        text = re.sub(rf"<({alt})\b[^>]*>.*?</\1\s*>", " ", text, flags=re.S | re.I)
-        text = re.sub(rf"<({alt})\b[^>]*>.*\Z", " ", text, flags=re.S | re.I)
+    text = remove_tag_blocks(text, [t.strip() for t in tags.split(",")], drop_unclosed=True, lenient=True)
     return re.sub(r"[ \t]+", " ", text).strip()
 
 
@@ -73,14 +71,8 @@ def smart_score(messages: list[Message], patterns: str) -> int:
     text = "\n".join(m.text for m in messages if m.role != "system")
     low = text.lower()
     score = min(2, sum(1 for w in TURN_WORDS if w in low))
-    for pattern in re.split(r"[,\n]", patterns or ""):
-        if pattern.strip():
-            try:
-                if re.search(pattern.strip(), text, re.I):
-                    score += 2
-                    break
-            except re.error:
-                continue
+    if any(matches(pattern, text) for pattern in split_patterns(patterns or "")):  # RE2: no backtracking blow-up
+        score += 2
     roles = [m.role for m in messages if m.role != "system"]
     if sum(1 for a, b in zip(roles, roles[1:]) if a != b) >= 2:
         score += 1

@@ -20,7 +20,7 @@ from .batch import BaseStage
 from .sync import Message
 from .timeline import story_time_of
 
-REASONING_BLOCK = re.compile(r"<(think|thinking|analysis|reasoning)>.*?</\1>", re.S | re.I)
+REASONING_TAGS = ("think", "thinking", "analysis", "reasoning")
 _SENTENCE = re.compile(r"(?<=[.!?。！？…])\s*|\n+")
 _LATIN_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]*[a-z][a-zA-Z'\-]*\b")
 _CJK_QUOTED = re.compile(r"[「『《【“]([\u4e00-\u9fff\u3040-\u30ff]{2,8})[」』》】”]")
@@ -36,9 +36,38 @@ september october november december god ooc let lets good great nice fine sure r
 _ENTITY_TYPES = ("character", "entity", "location")
 
 
+def remove_tag_blocks(text: str, names, *, drop_unclosed: bool = False, lenient: bool = False) -> str:
+    """Remove `<name>...</name>` blocks (case-insensitive; the nearest closing tag ends a block). An opening tag
+    that is never closed stays, or with `drop_unclosed` takes the rest of the text with it; `lenient` allows
+    attributes in the opening tag and spaces before the closing `>`. Linear time: a message full of unclosed
+    tags must not stall a batch (a backtracking `<x>.*?</x>` regex is quadratic)."""
+    names = [n for n in names if n]
+    if not names or "<" not in text:
+        return text
+    attrs, space = (r"\b[^>]*", r"\s*") if lenient else ("", "")
+    opening = re.compile(f"<({'|'.join(map(re.escape, names))}){attrs}>", re.I)
+    unclosed: set[str] = set()   # a name whose closing tag is missing after one opening has none after later ones
+    out, pos, scan = [], 0, 0
+    while (m := opening.search(text, scan)) is not None:
+        name = m.group(1).lower()
+        close = None if name in unclosed else re.compile(rf"</{re.escape(name)}{space}>", re.I).search(text, m.end())
+        if close is None:
+            unclosed.add(name)
+            if drop_unclosed:
+                out.append(text[pos:m.start()] + " ")
+                pos = len(text)
+                break
+            scan = m.end()
+            continue
+        out.append(text[pos:m.start()] + " ")
+        pos = scan = close.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def clean_text(text: str) -> str:
     """Message text without reasoning blocks, with whitespace folded."""
-    text = REASONING_BLOCK.sub(" ", text)
+    text = remove_tag_blocks(text, REASONING_TAGS)
     return re.sub(r"[ \t]+", " ", text).strip()
 
 
