@@ -85,6 +85,8 @@ def test_unreadable_send_dates_are_none(value):
     ("last weekend", [["2026-03-14", "2026-03-15"]]),
     ("last month", [["2026-02-01", "2026-02-28"]]),
     ("next month", [["2026-04-01", "2026-04-30"]]),
+    ("a month ago", [["2026-02-01", "2026-02-28"]]),
+    ("two months ago", [["2026-01-01", "2026-01-31"]]),
     ("He wrote last Thursday.", [one("2026-03-12")]),
     ("last Wednesday", [one("2026-03-11")]),              # said on a Wednesday: a week back
     ("next Monday", [one("2026-03-23")]),

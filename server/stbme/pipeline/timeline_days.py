@@ -97,6 +97,31 @@ def safe_date(year: int, month: int, day: int) -> dt.date | None:
         return None
 
 
+def day_span(day: dt.date, offset: int) -> DateSpan | None:
+    """The single day `offset` days from `day` ("two days ago": -2)."""
+    found = days_from(day, offset)
+    return DateSpan.day(found) if found else None
+
+
+def few_days_ago(day: dt.date) -> DateSpan | None:
+    """"a few days ago" / 前几天: two to five days back."""
+    start, end = days_from(day, -5), days_from(day, -2)
+    return DateSpan(start, end) if start and end else None
+
+
+def weeks_ago(day: dt.date, weeks: int) -> DateSpan | None:
+    """"two weeks ago" / 两周前: the day that many weeks back, give or take a day; None past a year."""
+    middle = days_from(day, -7 * weeks) if 0 <= weeks <= 52 else None
+    start, end = middle and days_from(middle, -1), middle and days_from(middle, 1)
+    return DateSpan(start, end) if start and end else None
+
+
+def weekend_of(day: dt.date, weeks: int = 0) -> DateSpan | None:
+    """Saturday and Sunday of the week holding `day`, moved by `weeks`."""
+    week = week_of(day, weeks)
+    return week and DateSpan(week.end - dt.timedelta(days=1), week.end)
+
+
 def week_of(day: dt.date, weeks: int = 0) -> DateSpan | None:
     """Monday to Sunday of the week holding `day`, moved by `weeks`."""
     monday = days_from(day, -day.weekday() + 7 * weeks)

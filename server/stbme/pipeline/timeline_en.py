@@ -1,7 +1,7 @@
 """English time expressions: the days a text names, resolved against the day it was said.
 
 Relative ("yesterday", "the day before yesterday", "last night", "two days ago", "last Thursday", "last
-week"), absolute ("March 4", "4th of March", "the 14th", "in March") and, for questions,
+week", "a month ago"), absolute ("March 4", "4th of March", "the 14th", "in March") and, for questions,
 anchored ones ("the day after the Lantern Festival"). A date without a year is its nearest past
 occurrence. "last Thursday" is the latest Thursday strictly before the day (a week back when said on a
 Thursday); "next Thursday" the first one after it; "last week" the previous Monday-to-Sunday week.
@@ -14,9 +14,9 @@ import re
 from typing import Iterator
 
 from .timeline_days import (
-    AnchorFound, DateSpan, Found, days_from, last_weekday, month_span, nearest_past_day_of_month,
-    nearest_past_month_day, next_weekday, safe_date, same_day_earlier_months, week_earlier, week_of,
-    weekday_in_week,
+    AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_span, nearest_past_day_of_month,
+    nearest_past_month_day, next_weekday, safe_date, same_day_earlier_months, week_earlier, week_of, weekday_in_week,
+    weekend_of, weeks_ago,
 )
 
 MONTHS = {name: i + 1 for i, name in enumerate(
@@ -81,6 +81,7 @@ _IN_DAYS = _rx(r"(?:in\s+" + _NUM + r"\s+days?(?:\s+time)?|" + _NUM.replace("<n>
                + r"\s+days?\s+from\s+(?:now|today))")
 _FEW_DAYS_AGO = _rx(r"(?:a\s+few|several)\s+days\s+(?:ago|back)")
 _WEEKS_AGO = _rx(_NUM + r"\s+weeks?\s+ago")
+_MONTHS_AGO = _rx(_NUM + r"\s+months?\s+ago")
 _WEEK = _rx(r"(?P<which>last|this|next)\s+week|the\s+week\s+before\s+last")
 _WEEKEND = _rx(r"(?P<which>last|this|next)\s+weekend")
 _MONTH_REL = _rx(r"(?P<which>last|this|next)\s+month")
@@ -115,29 +116,26 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
     """(match, span or a false value, kind[, alternatives]) for every expression."""
     for rx, offset in _FIXED:
         for m in rx.finditer(text):
-            day = days_from(ref, offset)
-            yield m, day and DateSpan.day(day), "relative"
+            yield m, day_span(ref, offset), "relative"
     for m in _DAYS_AGO.finditer(text):
         n = number(m["n"])
-        day = n is not None and n <= 400 and days_from(ref, -n)
-        yield m, day and DateSpan.day(day), "relative"
+        yield m, n is not None and day_span(ref, -n), "relative"
     for m in _IN_DAYS.finditer(text):
         n = number(m["n"] or m["n2"])
-        day = n is not None and n <= 400 and days_from(ref, n)
-        yield m, day and DateSpan.day(day), "relative"
+        yield m, n is not None and day_span(ref, n), "relative"
     for m in _FEW_DAYS_AGO.finditer(text):
-        start, end = days_from(ref, -5), days_from(ref, -2)
-        yield m, start and end and DateSpan(start, end), "relative"
+        yield m, few_days_ago(ref), "relative"
     for m in _WEEKS_AGO.finditer(text):
         n = number(m["n"])
-        middle = n is not None and n <= 52 and days_from(ref, -7 * n)
-        yield m, middle and DateSpan(middle - dt.timedelta(days=1), middle + dt.timedelta(days=1)), "relative"
+        yield m, n is not None and weeks_ago(ref, n), "relative"
+    for m in _MONTHS_AGO.finditer(text):
+        n = number(m["n"])
+        yield m, n is not None and n <= 24 and month_span(ref.year, ref.month - n), "relative"
     for m in _WEEK.finditer(text):
-        yield m, week_of(ref, {"last": -1, "this": 0, "next": 1, None: -2}[(m["which"] or "").lower() or None]), \
-            "relative"
+        which = m["which"].lower() if m["which"] else "before last"
+        yield m, week_of(ref, {"last": -1, "this": 0, "next": 1, "before last": -2}[which]), "relative"
     for m in _WEEKEND.finditer(text):
-        week = week_of(ref, {"last": -1, "this": 0, "next": 1}[m["which"].lower()])
-        yield m, week and DateSpan(week.end - dt.timedelta(days=1), week.end), "relative"
+        yield m, weekend_of(ref, {"last": -1, "this": 0, "next": 1}[m["which"].lower()]), "relative"
     for m in _MONTH_REL.finditer(text):
         yield m, month_span(ref.year, ref.month + {"last": -1, "this": 0, "next": 1}[m["which"].lower()]), \
             "relative"

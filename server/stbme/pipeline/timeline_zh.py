@@ -16,8 +16,9 @@ import re
 from typing import Iterator
 
 from .timeline_days import (
-    AnchorFound, DateSpan, Found, days_from, last_weekday, month_day, month_span, nearest_past_day_of_month,
-    nearest_past_month_day, safe_date, same_day_earlier_months, week_of, weekday_in_week,
+    AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_day, month_span,
+    nearest_past_day_of_month, nearest_past_month_day, safe_date, same_day_earlier_months, week_of, weekday_in_week,
+    weekend_of, weeks_ago,
 )
 
 _DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九")} | {"〇": 0, "两": 2}
@@ -54,11 +55,6 @@ def number(text: str) -> int | None:
     if len(text) == 1:
         return _DIGITS.get(text)
     return None
-
-
-def _day_of(offset: int, ref: dt.date) -> DateSpan | None:
-    day = days_from(ref, offset)
-    return DateSpan.day(day) if day else None
 
 
 def _fixed(pattern: str, offset: int, not_before: set[str] = frozenset()) -> tuple[re.Pattern, int, set[str]]:
@@ -103,24 +99,19 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
     """(match, span or a false value, kind[, alternatives]) for every expression."""
     for rx, offset, not_before in _FIXED:
         for m in rx.finditer(text):
-            if m.start() and text[m.start() - 1] in not_before:
-                continue
-            yield m, _day_of(offset, ref), "relative"
+            if not (m.start() and text[m.start() - 1] in not_before):
+                yield m, day_span(ref, offset), "relative"
     for m in _DAYS_AGO.finditer(text):
         n = number(m["n"])
-        if n is not None:
-            yield m, _day_of(-n if "前" in m["dir"] else n, ref), "relative"
+        yield m, n is not None and day_span(ref, -n if "前" in m["dir"] else n), "relative"
     for m in _IN_DAYS.finditer(text):
         n = number(m["n"])
-        if n is not None:
-            yield m, _day_of(n, ref), "relative"
+        yield m, n is not None and day_span(ref, n), "relative"
     for m in _FEW_DAYS_AGO.finditer(text):
-        start, end = days_from(ref, -5), days_from(ref, -2)
-        yield m, start and end and DateSpan(start, end), "relative"
+        yield m, few_days_ago(ref), "relative"
     for m in _WEEKS_AGO.finditer(text):
         n = number(m["n"])
-        middle = n is not None and n <= 52 and days_from(ref, -7 * n)
-        yield m, middle and DateSpan(middle - dt.timedelta(days=1), middle + dt.timedelta(days=1)), "relative"
+        yield m, n is not None and weeks_ago(ref, n), "relative"
     for m in _MONTHS_AGO.finditer(text):
         n = number(m["n"])
         if n is not None and n <= 24:
@@ -133,10 +124,8 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
             day = last_weekday(ref, _WEEKDAY[m["wd"]])
             yield m, day and DateSpan.day(day), "relative"
     for m in _WEEK.finditer(text):
-        week = week_of(ref, _WHICH[m["which"]])
-        if week and m["end"]:
-            week = DateSpan(week.end - dt.timedelta(days=1), week.end)
-        yield m, week, "relative"
+        offset = _WHICH[m["which"]]
+        yield m, weekend_of(ref, offset) if m["end"] else week_of(ref, offset), "relative"
     for m in _MONTH_REL.finditer(text):
         yield m, month_span(ref.year, ref.month + _WHICH[m["which"]]), "relative"
     for m in _FULL_DATE.finditer(text):
