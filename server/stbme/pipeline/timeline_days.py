@@ -72,6 +72,16 @@ class Found:
     alternatives: tuple[DateSpan, ...] = ()  # other readings, less likely ("the 14th" of an earlier month)
 
 
+def scan(rx: re.Pattern, text: str, worth_it: bool):
+    """`rx.finditer(text)`, or nothing when a cheap test (a word the pattern needs) says it cannot match:
+    most patterns start with a group, which the regex engine cannot skip ahead to."""
+    return rx.finditer(text) if worth_it else ()
+
+
+def has_any(text: str, words: tuple[str, ...]) -> bool:
+    return any(w in text for w in words)
+
+
 def parse_iso_day(value: object) -> dt.date | None:
     """A `YYYY-MM-DD` string as a date; None for anything else."""
     if not isinstance(value, str) or not _ISO_DAY.match(value):

@@ -16,7 +16,7 @@ from typing import Iterator
 from .timeline_days import (
     AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_span, nearest_past_day_of_month,
     nearest_past_month_day, next_weekday, safe_date, same_day_earlier_months, week_earlier, week_of, weekday_in_week,
-    weekend_of, weeks_ago,
+    weekend_of, weeks_ago, has_any, scan,
 )
 
 MONTHS = {name: i + 1 for i, name in enumerate(
@@ -71,11 +71,15 @@ def _rx(pattern: str) -> re.Pattern:
     return re.compile(r"(?<![\w-])" + pattern + r"(?![\w-])", re.I)
 
 
-_FIXED = [(_rx(p), offset) for p, offset in (
-    (r"the\s+day\s+before\s+yesterday", -2), (r"the\s+night\s+before\s+last", -2),
-    (r"the\s+day\s+after\s+tomorrow", 2), (r"yesterday" + _PART, -1), (r"last\s+night", -1),
-    (r"(?:earlier\s+)?today|tonight|this\s+(?:morning|afternoon|evening)", 0), (r"tomorrow" + _PART, 1),
+_FIXED = [(_rx(p), offset, hints) for p, offset, hints in (  # hints: words the text must hold (lower-case)
+    (r"the\s+day\s+before\s+yesterday", -2, ("yesterday",)), (r"the\s+night\s+before\s+last", -2, ("last",)),
+    (r"the\s+day\s+after\s+tomorrow", 2, ("tomorrow",)), (r"yesterday" + _PART, -1, ("yesterday",)),
+    (r"last\s+night", -1, ("night",)),
+    (r"(?:earlier\s+)?today|tonight|this\s+(?:morning|afternoon|evening)", 0, ("today", "tonight", "this")),
+    (r"tomorrow" + _PART, 1, ("tomorrow",)),
 )]
+_MONTH_HINTS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DIGIT = re.compile(r"\d")
 _DAYS_AGO = _rx(_NUM + r"\s+days?\s+(?:ago|back)")
 _IN_DAYS = _rx(r"(?:in\s+" + _NUM + r"\s+days?(?:\s+time)?|" + _NUM.replace("<n>", "<n2>")
                + r"\s+days?\s+from\s+(?:now|today))")
@@ -114,32 +118,35 @@ def _absolute(ref: dt.date, month: int, day: int, year: str | None) -> DateSpan 
 
 def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
     """(match, span or a false value, kind[, alternatives]) for every expression."""
-    for rx, offset in _FIXED:
-        for m in rx.finditer(text):
+    low = text.lower()
+    for rx, offset, hints in _FIXED:
+        for m in scan(rx, text, has_any(low, hints)):
             yield m, day_span(ref, offset), "relative"
-    for m in _DAYS_AGO.finditer(text):
+    ago = has_any(low, ("ago", "back"))
+    for m in scan(_DAYS_AGO, text, ago):
         n = number(m["n"])
         yield m, n is not None and day_span(ref, -n), "relative"
-    for m in _IN_DAYS.finditer(text):
+    for m in scan(_IN_DAYS, text, " day" in low):
         n = number(m["n"] or m["n2"])
         yield m, n is not None and day_span(ref, n), "relative"
-    for m in _FEW_DAYS_AGO.finditer(text):
+    for m in scan(_FEW_DAYS_AGO, text, ago):
         yield m, few_days_ago(ref), "relative"
-    for m in _WEEKS_AGO.finditer(text):
+    for m in scan(_WEEKS_AGO, text, ago):
         n = number(m["n"])
         yield m, n is not None and weeks_ago(ref, n), "relative"
-    for m in _MONTHS_AGO.finditer(text):
+    for m in scan(_MONTHS_AGO, text, ago):
         n = number(m["n"])
         yield m, n is not None and n <= 24 and month_span(ref.year, ref.month - n), "relative"
-    for m in _WEEK.finditer(text):
+    for m in scan(_WEEK, text, "week" in low):
         which = m["which"].lower() if m["which"] else "before last"
         yield m, week_of(ref, {"last": -1, "this": 0, "next": 1, "before last": -2}[which]), "relative"
-    for m in _WEEKEND.finditer(text):
+    for m in scan(_WEEKEND, text, "weekend" in low):
         yield m, weekend_of(ref, {"last": -1, "this": 0, "next": 1}[m["which"].lower()]), "relative"
-    for m in _MONTH_REL.finditer(text):
+    for m in scan(_MONTH_REL, text, "month" in low):
         yield m, month_span(ref.year, ref.month + {"last": -1, "this": 0, "next": 1}[m["which"].lower()]), \
             "relative"
-    for m in _NAMED_WEEKDAY.finditer(text):
+    weekday = has_any(low, tuple(WEEKDAYS))
+    for m in scan(_NAMED_WEEKDAY, text, weekday):
         which, wd = m["which"].lower(), WEEKDAYS[m["wd"].lower()]
         if which == "on" and not query:
             continue  # "on Friday" in a message is as often a plan as a memory
@@ -147,22 +154,24 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
                else last_weekday(ref, wd))
         yield m, day and DateSpan.day(day), "relative", week_earlier(day) if day and which in ("last", "on") else ()
     if query:
-        for m in _BARE_WEEKDAY.finditer(text):
+        for m in scan(_BARE_WEEKDAY, text, weekday):
             day = last_weekday(ref, WEEKDAYS[m["wd"].lower()])
             yield m, day and DateSpan.day(day), "relative", week_earlier(day) if day else ()
+    month = has_any(low, _MONTH_HINTS)
+    digit = _DIGIT.search(text) is not None
     for rx in (_MONTH_FIRST, _DAY_FIRST):
-        for m in rx.finditer(text):
+        for m in scan(rx, text, month and digit):
             if not _month_ok(m) or (not m["y"] and _NOT_A_DAY_AFTER.match(text, m.end())):
                 continue
             yield m, _absolute(ref, MONTHS[m["mon"].lower()], int(m["d"]), m["y"]), "absolute"
-    for m in _THE_NTH.finditer(text):
+    for m in scan(_THE_NTH, text, digit):
         after = re.match(r"\s*([A-Za-z]+)", text[m.end():])
         if after and after.group(1).lower() not in _DAY_FOLLOWERS:
             continue
         day = nearest_past_day_of_month(ref, int(m["d"]))
         yield m, day and DateSpan.day(day), "absolute", same_day_earlier_months(day) if day else ()
-    for m in _IN_MONTH.finditer(text):
-        if not query or not _month_ok(m):
+    for m in scan(_IN_MONTH, text, query and month):
+        if not _month_ok(m):
             continue  # "closing in June" in a message is as often ahead as behind
         month = MONTHS[m["mon"].lower()]
         year = int(m["y"]) if m["y"] else ref.year - (month > ref.month)
@@ -181,7 +190,8 @@ def find_anchors(text: str) -> list[AnchorFound]:
     """Days named after an event: "the day after X" (+1), "the night before X" (-1), "three days after X"
     (+3), "the day of X" (0). X runs to the end of its clause, at most eight words."""
     out = []
-    for m in _ANCHOR.finditer(text):
+    low = text.lower()
+    for m in scan(_ANCHOR, text, has_any(low, ("after", "before", " of "))):
         words = list(re.finditer(r"[\w'’-]+", m["rest"]))
         kept = []
         for w in words[:8]:

@@ -18,7 +18,7 @@ from typing import Iterator
 from .timeline_days import (
     AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_day, month_span,
     nearest_past_day_of_month, nearest_past_month_day, safe_date, same_day_earlier_months, week_of, weekday_in_week,
-    weekend_of, weeks_ago,
+    weekend_of, weeks_ago, has_any, scan,
 )
 
 _DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九")} | {"〇": 0, "两": 2}
@@ -101,34 +101,37 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
         for m in rx.finditer(text):
             if not (m.start() and text[m.start() - 1] in not_before):
                 yield m, day_span(ref, offset), "relative"
-    for m in _DAYS_AGO.finditer(text):
+    ago = "前" in text or "后" in text
+    week = has_any(text, ("周", "星期", "礼拜"))
+    for m in scan(_DAYS_AGO, text, ago and ("天" in text or "日" in text)):
         n = number(m["n"])
         yield m, n is not None and day_span(ref, -n if "前" in m["dir"] else n), "relative"
-    for m in _IN_DAYS.finditer(text):
+    for m in scan(_IN_DAYS, text, "过" in text):
         n = number(m["n"])
         yield m, n is not None and day_span(ref, n), "relative"
-    for m in _FEW_DAYS_AGO.finditer(text):
+    for m in scan(_FEW_DAYS_AGO, text, "几天" in text):
         yield m, few_days_ago(ref), "relative"
-    for m in _WEEKS_AGO.finditer(text):
+    for m in scan(_WEEKS_AGO, text, ago and week):
         n = number(m["n"])
         yield m, n is not None and weeks_ago(ref, n), "relative"
-    for m in _MONTHS_AGO.finditer(text):
+    for m in scan(_MONTHS_AGO, text, "个月" in text):
         n = number(m["n"])
         if n is not None and n <= 24:
             yield m, month_span(ref.year, ref.month - n), "relative"
-    for m in _NAMED_WEEKDAY.finditer(text):
+    for m in scan(_NAMED_WEEKDAY, text, week):
         day = weekday_in_week(ref, _WEEKDAY[m["wd"]], _WHICH[m["which"]])
         yield m, day and DateSpan.day(day), "relative"
     if query:
-        for m in _BARE_WEEKDAY.finditer(text):
+        for m in scan(_BARE_WEEKDAY, text, week):
             day = last_weekday(ref, _WEEKDAY[m["wd"]])
             yield m, day and DateSpan.day(day), "relative"
-    for m in _WEEK.finditer(text):
+    for m in scan(_WEEK, text, week):
         offset = _WHICH[m["which"]]
         yield m, weekend_of(ref, offset) if m["end"] else week_of(ref, offset), "relative"
-    for m in _MONTH_REL.finditer(text):
+    month = "月" in text
+    for m in scan(_MONTH_REL, text, month):
         yield m, month_span(ref.year, ref.month + _WHICH[m["which"]]), "relative"
-    for m in _FULL_DATE.finditer(text):
+    for m in scan(_FULL_DATE, text, month):
         month, day = number(m["m"]), number(m["d"])
         if month is None or day is None:
             continue
@@ -138,21 +141,21 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
         else:
             found = nearest_past_month_day(ref, month, day)
         yield m, found and DateSpan.day(found), "absolute"
-    for m in _MONTH_REL_DAY.finditer(text):
+    for m in scan(_MONTH_REL_DAY, text, month):
         day = number(m["d"])
         found = day is not None and month_day(ref, _WHICH[m["which"]], day)
         yield m, found and DateSpan.day(found), "absolute"
-    for m in _BARE_DAY.finditer(text):
+    for m in scan(_BARE_DAY, text, "号" in text or "日" in text):
         after = text[m.end():m.end() + 1]
         if (m["unit"] == "号" and after in _NOT_AFTER_HAO) or (m["unit"] == "日" and after not in _AFTER_RI):
             continue
         day = number(m["d"])
         found = day is not None and nearest_past_day_of_month(ref, day)
         yield m, found and DateSpan.day(found), "absolute", same_day_earlier_months(found) if found else ()
-    for m in _MONTH_NAMED.finditer(text):
+    for m in scan(_MONTH_NAMED, text, query and "月份" in text):  # in a message, as often ahead as behind
         month = number(m["m"])
-        if not query or month is None or not 1 <= month <= 12:
-            continue  # "3月份" in a message is as often ahead as behind
+        if month is None or not 1 <= month <= 12:
+            continue
         if m["y"] or m["yw"]:
             year = int(m["y"]) if m["y"] else ref.year + _YEAR_WORD[m["yw"]]
         else:
