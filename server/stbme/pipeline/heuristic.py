@@ -1,5 +1,6 @@
 """Heuristic memories (no LLM): every chat message becomes `event` memories, speakers become
-`character` nodes, names that recur become `entity` anchors, all linked by edges.
+`character` nodes, names that recur become `entity` anchors, all linked by edges. Each event carries its
+story time: the day its message was sent and the days its text mentions (`timeline.story_time_of`).
 
 Deterministic given the messages in order, whatever the batch boundaries, so a rollback followed by
 re-processing ends exactly where a fresh ingest of the same chat ends.
@@ -17,6 +18,7 @@ from ..tokens import count_tokens
 from ..index.lexical import STOPWORDS
 from .batch import BaseStage
 from .sync import Message
+from .timeline import story_time_of
 
 REASONING_TAGS = ("think", "thinking", "analysis", "reasoning")
 _SENTENCE = re.compile(r"(?<=[.!?。！？…])\s*|\n+")
@@ -201,7 +203,8 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
             node = cs.insert_node(Node(
                 id=new_id("n"), chat_id=cs.chat_id, type="event",
                 fields={"summary": chunk, "speaker": speaker, "participants": participants},
-                importance=5.0, seq_from=msg.index, seq_to=msg.index))
+                importance=5.0, seq_from=msg.index, seq_to=msg.index,
+                story_time=story_time_of(msg.send_date, chunk)))
             cs.add_edge(speaker_id, node.id, "involved_in", Strength.SPEAKER)
             if previous:
                 cs.add_edge(node.id, previous, "replies_to", Strength.REPLY)

@@ -230,6 +230,60 @@ def m005_unfinished_batches_and_llm_cursor(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE chats ADD COLUMN llm_upto INTEGER NOT NULL DEFAULT -1")
 
 
+# Story days (m006): the days each memory's story time names, one row per day, derived from
+# nodes.story_time by triggers, so every write of a node (the pipeline, a rollback restoring a
+# before-image, an import) keeps them right without code of its own. The same SQL fills the table for the
+# nodes already stored: outside a trigger, `new` is an alias of nodes.
+_STORY_DATE = "json_extract(new.story_time, '$.date')"
+_STORY_OWN_DAY = (
+    "INSERT OR IGNORE INTO story_days (chat_id, day, node_id, mentioned)"
+    f" SELECT new.chat_id, {_STORY_DATE}, new.id, 0 {{source}}"
+    " WHERE CASE WHEN json_valid(new.story_time) THEN json_type(new.story_time, '$.date') = 'text'"
+    f" AND date({_STORY_DATE}, '+0 days') = {_STORY_DATE} END")
+_MENTION_END = "json_extract(m.value, '$[1]')"
+_MENTION_START = "json_extract(m.value, '$[0]')"
+_STORY_MENTIONED_DAYS = (  # a mention is a span [start, end]: one row per day, at most 31
+    "INSERT OR IGNORE INTO story_days (chat_id, day, node_id, mentioned)"
+    f" SELECT new.chat_id, date({_MENTION_START}, '+' || o.n || ' days'), new.id, 1"
+    " FROM {source} json_each(COALESCE(CASE WHEN json_valid(new.story_time) THEN CASE WHEN"
+    " json_type(new.story_time, '$.mentions') = 'array' THEN json_extract(new.story_time, '$.mentions') END END,"
+    " '[]')) AS m CROSS JOIN story_day_offsets AS o"  # CROSS JOIN: mentions outside, each read once
+    f" WHERE m.type = 'array' AND date({_MENTION_START}, '+0 days') = {_MENTION_START}"
+    f" AND date({_MENTION_END}, '+0 days') = {_MENTION_END}"
+    f" AND o.n <= julianday({_MENTION_END}) - julianday({_MENTION_START})")
+
+
+@migration
+def m006_story_days(conn: sqlite3.Connection) -> None:
+    """Memories by story day: "memories of day D" is an index range scan, whatever the chat's size."""
+    _run_script(
+        conn,
+        """
+        CREATE TABLE story_days (
+            chat_id TEXT NOT NULL,
+            day TEXT NOT NULL,                    -- YYYY-MM-DD
+            node_id TEXT NOT NULL,
+            mentioned INTEGER NOT NULL,           -- 0: the day the memory's message was sent; 1: a day it names
+            PRIMARY KEY (chat_id, day, node_id, mentioned)
+        ) WITHOUT ROWID;
+        CREATE INDEX story_days_by_node ON story_days (node_id);
+        CREATE TABLE story_day_offsets (n INTEGER PRIMARY KEY)
+        """
+    )
+    conn.executemany("INSERT INTO story_day_offsets (n) VALUES (?)", [(n,) for n in range(31)])
+    fill = _STORY_OWN_DAY.format(source="") + ";\n" + _STORY_MENTIONED_DAYS.format(source="") + ";\n"
+    # Trigger bodies hold several statements: each CREATE TRIGGER is executed whole.
+    conn.execute("CREATE TRIGGER nodes_story_days_insert AFTER INSERT ON nodes WHEN new.story_time IS NOT NULL"
+                 f" BEGIN {fill} END")
+    conn.execute("CREATE TRIGGER nodes_story_days_update AFTER UPDATE OF story_time, chat_id ON nodes"
+                 " WHEN old.story_time IS NOT new.story_time OR old.chat_id IS NOT new.chat_id"
+                 f" BEGIN DELETE FROM story_days WHERE node_id = old.id;\n{fill} END")
+    conn.execute("CREATE TRIGGER nodes_story_days_delete AFTER DELETE ON nodes WHEN old.story_time IS NOT NULL"
+                 " BEGIN DELETE FROM story_days WHERE node_id = old.id; END")
+    conn.execute(_STORY_OWN_DAY.format(source="FROM nodes AS new") + " AND new.story_time IS NOT NULL")
+    conn.execute(_STORY_MENTIONED_DAYS.format(source="nodes AS new,") + " AND new.story_time IS NOT NULL")
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(
