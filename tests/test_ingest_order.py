@@ -32,6 +32,12 @@ class GatedEmbedder(HashEmbedder):
         self.queries.append(text)
         return await super().embed_query(text)
 
+    warming = False
+
+    @property
+    def ready(self):
+        return not self.warming
+
 
 def roleplay(n: int) -> list[dict]:
     chat = []
@@ -132,3 +138,17 @@ def test_stored_turn_vectors_average_a_messages_chunks(tmp_path):
             await sc.close()
 
     asyncio.run(go())
+
+
+async def test_recall_answers_from_keywords_while_the_model_warms_up(gated):
+    sc, emb = gated
+    emb.gate.set()
+    await full_sync(sc, "c", roleplay(40))
+    await settle(sc, "c")
+    emb.queries.clear()
+    emb.warming = True  # as while LocalEmbedder.warm_up() maps the model after a start
+    result = await recall(sc, "c", {"query": "harbour number7", "budget_tokens": 300})
+    assert "number7" in result["text"] and "loading" in result["degraded"] and emb.queries == []
+    emb.warming = False
+    again = await recall(sc, "c", {"query": "harbour number7", "budget_tokens": 300})
+    assert "degraded" not in again and emb.queries == ["harbour number7"]

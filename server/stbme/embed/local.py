@@ -66,6 +66,7 @@ class LocalEmbedder(Embedder):
         self._queries = 0                      # queries waiting or running
         self._no_queries = threading.Condition()
         self._closed = False
+        self._warming = False
 
     def _get_model(self):
         with self._load_lock:
@@ -81,7 +82,16 @@ class LocalEmbedder(Embedder):
         self._query(" ")
 
     async def warm_up(self) -> None:
-        await asyncio.wrap_future(self._query_lane.submit(self.load))
+        # The first call maps the model and starts the OpenMP threads: about a second on a busy machine.
+        self._warming = True
+        try:
+            await asyncio.wrap_future(self._query_lane.submit(self.load))
+        finally:
+            self._warming = False
+
+    @property
+    def ready(self) -> bool:
+        return not self._warming
 
     # -- the model calls (blocking) ---------------------------------------------------------------
     def clip(self, text: str) -> str:

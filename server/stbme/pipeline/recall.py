@@ -117,6 +117,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     k = settings("recall.candidates")
     degraded = None
     try:
+        if not embeddings.embedder.ready:  # just started: the model is still loading
+            raise EmbedError("the embedding model is still loading")
         stored = await store.read(lambda conn: stored_turn_vectors(conn, chat_id, turns, embeddings.id)) \
             if turns else None
         qvec = await query_vector(embeddings, q.query, recent, stored)
