@@ -47,6 +47,9 @@ WINDOW_S = float(os.environ.get("BENCH_WINDOW_S", 30))          # length of each
 IDLE_WINDOW_S = 10.0
 
 
+RUNNING: list["Server"] = []   # stopped at exit whatever happens
+
+
 class Server:
     """`python -m stbme serve` from a given source tree, on a free port."""
 
@@ -65,6 +68,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "stbme", "serve", "--data-dir", str(self.data_dir),
                                       "--port", str(self.port), "--log-level", "warning"],
                                      env=env, stdout=self.log, stderr=self.log)
+        RUNNING.append(self)
         return self.started
 
     async def wait_healthy(self, session: aiohttp.ClientSession, timeout: float = 120) -> float:
@@ -82,6 +86,8 @@ class Server:
         raise click.ClickException("the server did not answer /health in time")
 
     def stop(self) -> None:
+        if self in RUNNING:
+            RUNNING.remove(self)
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)  # aiohttp's graceful shutdown: indexes are saved
             try:
@@ -343,6 +349,8 @@ def main(messages, baseline_ref, baseline_messages, timeout, seed, omp, as_json)
                                                    baseline_messages or messages, root, timeout)))
         omp_result = omp_check(HERE.parent / "server") if omp else None
     finally:
+        for server in list(RUNNING):
+            server.stop()
         subprocess.run(["rm", "-rf", str(root)])
     report(results, omp_result, env)
     if as_json:

