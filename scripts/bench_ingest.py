@@ -120,8 +120,9 @@ def progress(db: Path, n: int) -> dict | None:
 
 async def recall_window(session, url: str, requests, clients: int, seconds: float) -> dict:
     """`clients` clients, each sending recall requests back to back for `seconds`."""
-    latencies, errors, degraded = [], 0, 0
-    stop_at = time.perf_counter() + seconds
+    latencies, errors, degraded, slowest = [], 0, 0, (0.0, 0.0)
+    started = time.perf_counter()
+    stop_at = started + seconds
 
     async def client():
         nonlocal errors, degraded
@@ -139,11 +140,12 @@ async def recall_window(session, url: str, requests, clients: int, seconds: floa
                 errors += 1
                 continue
             latencies.append(time.perf_counter() - t)
+            slowest = max(slowest, (latencies[-1], t - started))
 
     await asyncio.gather(*(client() for _ in range(clients)))
     ms = [v * 1000 for v in latencies]
     return {"n": len(ms), "p50": pct(ms, 50), "p95": pct(ms, 95), "p99": pct(ms, 99), "errors": errors,
-            "degraded": degraded}
+            "degraded": degraded, "slowest_ms": slowest[0] * 1000, "slowest_at_s": slowest[1]}
 
 
 async def run_variant(label: str, code: Path, chat: RoleplayChat, n: int, root: Path, timeout: float) -> dict:
@@ -274,6 +276,10 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
             fmt(r["recall_1"][k], ".0f") for k in ("p50", "p95", "p99"))),
         ("recall during ingest, 4 clients p50 / p95 / p99, ms", lambda r: " / ".join(
             fmt(r["recall_4"][k], ".0f") for k in ("p50", "p95", "p99"))),
+        ("  slowest (1 / 4 clients), ms @ s into the window", lambda r: " / ".join(
+            f"{r[k]['slowest_ms']:.0f} @ {r[k]['slowest_at_s']:.1f}" for k in ("recall_1", "recall_4"))),
+        ("  keyword-only answers (1 / 4 clients)", lambda r: f"{r['recall_1']['degraded']} / "
+                                                            f"{r['recall_4']['degraded']}"),
         ("  requests (1 / 4 clients), errors", lambda r: f"{r['recall_1']['n']} / {r['recall_4']['n']}, "
                                                         f"{r['recall_1']['errors'] + r['recall_4']['errors']}"),
         ("  windows ended before the ingest did", lambda r: "yes" if r["recall_during_ingest"] else "NO"),
@@ -281,6 +287,8 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
             fmt(r.get("recall_idle", {}).get(k), ".0f") for k in ("p50", "p95"))),
         ("restart: process start to /health, s", lambda r: fmt(r["restart"]["health_s"], ".2f")),
         ("restart: first recall, ms", lambda r: fmt(r["restart"]["first_recall_ms"], ".0f")),
+        ("restart: first recall keyword-only (still loading)", lambda r: "yes" if r["restart"]["first_degraded"]
+         else "no"),
         ("restart: next recalls p50, ms", lambda r: fmt(r["restart"]["next_p50_ms"], ".0f")),
         ("other processes' CPU, cores: 1 cl / 4 cl / ingest", lambda r: " / ".join(
             fmt(v, ".2f") for v in (r["recall_1"]["other_cpu"], r["recall_4"]["other_cpu"], r["other_cpu_ingest"]))),

@@ -136,3 +136,14 @@ def test_a_platform_without_the_engine_gets_a_clear_error():
             "    print(exc.field, '|', exc.message)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("embed.provider |") and "WSL2" in out and "embed.provider" in out
+
+
+async def test_not_ready_from_the_warm_up_call_until_it_is_done():
+    emb = LocalEmbedder()
+    assert emb.ready  # nobody asked for a warm-up: queries load the model on demand (the CLI)
+    warming = emb.warm_up()
+    assert not emb.ready
+    await warming
+    await wait_for(lambda: emb.ready, "the warm-up's done callback")
+    assert (await emb.embed_query("hello")).shape == (384,)
+    await emb.close()

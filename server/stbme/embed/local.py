@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import threading
+from typing import Awaitable
 
 import numpy as np
 
@@ -87,13 +88,13 @@ class LocalEmbedder(Embedder):
         """Load the model and touch its pages with one small query, so the first recall is quick."""
         self._query(" ")
 
-    async def warm_up(self) -> None:
-        # The first call maps the model and starts the OpenMP threads: about a second on a busy machine.
+    def warm_up(self) -> Awaitable[None]:
+        """Load the model on the query lane. Not ready from this call on (not from the first await): a
+        recall that comes meanwhile answers from keywords instead of waiting (about a second when busy)."""
         self._warming = True
-        try:
-            await asyncio.wrap_future(self._query_lane.submit(self.load))
-        finally:
-            self._warming = False
+        future = self._query_lane.submit(self.load)
+        future.add_done_callback(lambda _: setattr(self, "_warming", False))
+        return asyncio.wrap_future(future)
 
     @property
     def ready(self) -> bool:

@@ -49,6 +49,7 @@ class Housekeeping:
         """Load the indexes of the most recently used chats now, so the first recall after a restart
         does not wait for them (a 100k-memory chat takes seconds). Keyword indexes and the model first:
         a recall answers from them while an HNSW index is still loading."""
+        model = asyncio.ensure_future(self.embedding.embeddings.embedder.warm_up())  # on its own thread
         recent = await self.store.read(lambda conn: recent_chats(conn, chats))
         for chat_id in recent:
             try:
@@ -56,7 +57,7 @@ class Housekeeping:
             except StbmeError as exc:
                 log.warning("warming up chat %r failed: %s", chat_id, exc.message)
         try:
-            await self.embedding.embeddings.embedder.warm_up()
+            await model
         except StbmeError as exc:
             log.warning("warming up the embedder failed: %s", exc.message)
         for chat_id in recent:
