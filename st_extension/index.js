@@ -16,6 +16,7 @@
 //   src/injection_view.js    "Memories used"
 //   src/memory_browser.js    the memory browser
 //   src/transfer.js          export, import, reindex
+//   src/history.js           "Remember this chat's history now" and its progress bar
 //   src/commands.js          slash commands
 //   src/chat_events.js       ST's chat events
 // Pure logic (hashing, sync protocol, HTTP client, settings mapping) lives in lib/ and is unit-tested.
@@ -25,6 +26,7 @@ import { createChatEvents } from './src/chat_events.js';
 import { createChatSync } from './src/chat_sync.js';
 import { registerCommands } from './src/commands.js';
 import { createConnection } from './src/connection.js';
+import { createHistory } from './src/history.js';
 import { createInjectionView } from './src/injection_view.js';
 import { clearSlot, createInterceptor } from './src/interceptor.js';
 import { createLiveLink } from './src/live_link.js';
@@ -69,10 +71,12 @@ function start() {
         onValuesChanged: () => settingsForm.renderValues(),
     });
     const settingsForm = createSettingsForm({ sidecarSettings });
+    const history = createHistory({ connection, chatSync, onDone: () => browser.refreshIfOpen() });
     const live = createLiveLink({
         settings, connection, version: VERSION, relay: createRelayRunner(),
         onJobDone: () => browser.refreshIfOpen(),
         onChange: redraw,
+        onProgress: message => history.onProgress(message),
     });
     const interceptor = createInterceptor({
         settings, connection, chatSync, sidecarSettings,
@@ -83,7 +87,7 @@ function start() {
     const status = createStatus({ settings, connection, live, chatSync, lastInjection });
     const transfer = createTransfer({ connection, onImported: () => browser.refreshIfOpen() });
     const panel = createPanel({
-        settings, connection, live, chatSync, sidecarSettings, settingsForm, browser, transfer, clearSlot,
+        settings, connection, live, chatSync, sidecarSettings, settingsForm, browser, transfer, history, clearSlot,
         redraw: () => {
             status.render();
             injectionView.render();
@@ -96,6 +100,7 @@ function start() {
             interceptor.reset();
             sidecarSettings.forgetChat();
             live.clearProgress();
+            history.reset();
             browser.reset();
             const chatId = currentChatId();
             if (chatId && settings.enabled) {

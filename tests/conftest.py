@@ -4,10 +4,16 @@ real aiohttp app, and helpers to build sync requests the way the extension does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
 import time
+import urllib.request
 
 import hnswlib
 import numpy as np
@@ -196,3 +202,40 @@ async def settle(sc: Services, chat_id: str, timeout: float = DEADLINE_S) -> dic
         return status if status["jobs"]["pending"] == 0 and status["unembedded"] == 0 else None
 
     return await wait_for(settled, f"chat {chat_id!r} to settle", timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20):
+    """`stbme serve` (or `stbme hub`) as a subprocess on a free port over `data_dir`: yields its base URL
+    once /health answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "stbme", command, "--port", str(port), "--data-dir", str(data_dir)],
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def answers():
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"stbme {command} exited: " + proc.stderr.read()) from None
+            return False
+
+    try:
+        wait_for_sync(answers, f"stbme {command} to answer /health", timeout=120)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=stop_timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=DEADLINE_S)

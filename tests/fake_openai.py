@@ -33,7 +33,7 @@ def _section(text: str, title: str) -> list[str]:
     return lines
 
 
-def answer_extract(user: str) -> dict:
+def answer_extract(user: str, system: str = "") -> dict:
     new = [m for m in (_LINE.match(line) for line in _section(user, "NEW messages")) if m]
     existing = {}
     for line in _section(user, "Existing memories"):
@@ -62,9 +62,8 @@ def answer_extract(user: str) -> dict:
         if place in text and ("location", place.lower()) not in existing:
             ops.append({"op": "create", "ref": f"N{len(ops) + 1}", "type": "location", "fields": {"name": place},
                         "importance": 5})
-    assistant = [m for m in new if m.group(2) == "assistant"]
-    if assistant:
-        said = assistant[-1].group(4)
+    for reply in (m for m in new if m.group(2) == "assistant"):  # one event per reply, as the prompt asks
+        said = reply.group(4)
         event = {"op": "create", "ref": f"N{len(ops) + 1}", "type": "event",
                  "fields": {"title": " ".join(said.split()[:3]), "summary": said[:120]},
                  "importance": 8 if "!" in said else 5,
@@ -82,7 +81,26 @@ def answer_extract(user: str) -> dict:
     if "rule:" in text.lower():
         ops.append({"op": "create", "type": "rule", "fields": {"title": "House rule",
                                                                 "constraint": text.lower().split("rule:")[1][:80]}})
+    if "Evolution:" in system:  # evolve.mode = with_extraction: the A-MEM decision rides on each create
+        memories = [line for line in _section(user, "Existing memories") if _MEM.match(line)]
+        for op in ops:
+            if op["op"] == "create":
+                op["evolve"] = evolution_decision(orjson.dumps(op["fields"]).decode(), memories)
     return {"thought": "scripted", "operations": ops}
+
+
+def evolution_decision(new_text: str, neighbours: list[str]) -> dict:
+    """The seed's decision for one new memory: evolve the neighbours that share a name with it (and try an
+    invented key, which must change nothing)."""
+    names = [n for n in NAMES if n in new_text]
+    related = [re.match(r"\[(M\d+)\]", n).group(1) for n in neighbours if any(x in n for x in names)]
+    if not related:
+        return {"should_evolve": False}
+    return {"should_evolve": True, "reason": f"shares {names[0]}",
+            "suggested_connections": related[:2] + ["M999", "n_not_a_key"],
+            "neighbor_updates": [{"nodeId": related[0], "newContext": f"Seen again: {new_text[-60:]}",
+                                  "newTags": [names[0].lower()]},
+                                 {"nodeId": "M999", "newContext": "invented key"}]}
 
 
 def _blocks(user: str, marker: str) -> list[tuple[str, list[str]]]:
@@ -114,16 +132,7 @@ def answer_evolve(user: str) -> dict:
     results = []
     for head, neighbours in _blocks(user, "## New memory "):
         new = re.search(r"\[(N\d+)\]", head).group(1)
-        names = [n for n in NAMES if n in head]
-        related = [re.match(r"\[(M\d+)\]", n).group(1) for n in neighbours if any(x in n for x in names)]
-        if not related:
-            results.append({"new": new, "should_evolve": False})
-            continue
-        results.append({"new": new, "should_evolve": True, "reason": f"shares {names[0]}",
-                        "suggested_connections": related[:2] + ["M999", "n_not_a_key"],
-                        "neighbor_updates": [{"key": related[0], "new_context": f"Seen again: {head[-60:]}",
-                                              "new_tags": [names[0].lower()]},
-                                             {"key": "M999", "new_context": "invented key"}]})
+        results.append({"new": new, **evolution_decision(head, neighbours)})
     return {"results": results}
 
 
@@ -158,9 +167,9 @@ def answer_rerank(user: str) -> dict:
     return {"selected": keys[::-1]}
 
 
-def answer(task: str, user: str) -> dict:
+def answer(task: str, user: str, system: str = "") -> dict:
     if task == "extract":
-        return answer_extract(user)
+        return answer_extract(user, system)
     if task == "dedupe":
         return answer_dedupe(user)
     if task == "evolve":
@@ -219,7 +228,7 @@ class FakeOpenAI:
             self.garbage -= task not in self.garbage_tasks
             content = "Sure! Here are the memories: {operations: [oops]}"
         else:
-            content = orjson.dumps(self.overrides.get(task) or answer(task, user)).decode()
+            content = orjson.dumps(self.overrides.get(task) or answer(task, user, system)).decode()
             if self.fenced:
                 content = "Here you go:\n```json\n" + content[:-1] + ",}\n```\nHope it helps."
         finish_reason = "stop"

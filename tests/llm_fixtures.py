@@ -16,9 +16,14 @@ async def fake(aiohttp_server):
     return script
 
 
+# One extraction per assistant message, as these tests were written for; the defaults (extract.llm_every 3 and
+# the smart trigger) have their own tests and the LLM bill benchmark.
+PER_MESSAGE = {"extract.llm_every": 1, "extract.smart_trigger": False}
+
+
 def llm_settings(fake, **extra) -> dict:
     return {"llm.mode": "openai", "llm.url": fake.url, "llm.model": "fake-model", "llm.retries": 1,
-            "llm.timeout_s": 2.0, **extra}
+            "llm.timeout_s": 2.0, **PER_MESSAGE, **extra}
 
 
 @pytest.fixture

@@ -496,10 +496,11 @@ async def test_export_then_import_merge_and_replace(client, chat):
     # the source chat is unchanged
     assert await chat_signature(client, chat) == original
 
-    # merge again: everything twice
-    await ok_json(await client.post(url("copy", "/import"), params={"mode": "merge"}, json=doc))
-    twice = await chat_signature(client, "copy")
-    assert len(twice[0]) == 2 * len(original[0]) and len(twice[1]) == 2 * len(original[1])
+    # merge again: the chat holds the export's messages, so its memories are tied to them and take the
+    # place of the first import's (docs/api.md, "An import stays tied to its chat"): nothing doubles
+    again = await ok_json(await client.post(url("copy", "/import"), params={"mode": "merge"}, json=doc))
+    assert again["tied_upto"] == len(MESSAGES) - 1 and again["restored_messages"] == 0
+    assert await chat_signature(client, "copy") == original
     # replace: exactly the export again
     await ok_json(await client.post(url("copy", "/import"), params={"mode": "replace"}, json=doc))
     assert await chat_signature(client, "copy") == original
@@ -567,13 +568,15 @@ async def test_every_error_path_has_the_error_shape(client, chat, tmp_path, aioh
     # bodies
     await assert_error(await client.post(sync, data=b"{not json", headers={"Content-Type": "application/json"}),
                        400, None)
-    await assert_error(await client.post(sync), 400, None)
-    await assert_error(await client.post(sync, data=b""), 400, None)
+    json_type = {"Content-Type": "application/json"}
+    await assert_error(await client.post(sync, headers=json_type), 400, None)
+    await assert_error(await client.post(sync, data=b"", headers=json_type), 400, None)
+    await assert_error(await client.post(sync, data=b"{}"), 415, "Content-Type")
     await assert_error(await client.post(sync, json=[1, 2, 3]), 400, None)
     await assert_error(await client.post(sync, json="text"), 400, None)
     await assert_error(await client.post(url(chat, "/recall"), json=[]), 400, None)
-    await assert_error(await client.post(url(chat, "/nodes"), json=None), 400, None)
-    await assert_error(await client.put("/v1/settings", data=b"\xff\xfe"), 400, None)
+    await assert_error(await client.post(url(chat, "/nodes"), data=b"null", headers=json_type), 400, None)
+    await assert_error(await client.put("/v1/settings", data=b"\xff\xfe", headers=json_type), 400, None)
     # routes and methods
     await assert_error(await client.get("/v1/nope"), 404, None)
     await assert_error(await client.get("/"), 404, None)
@@ -696,12 +699,13 @@ async def test_cors_allowed_origin(client):
 async def test_cors_other_origin_refused(client):
     evil = "http://evil.example"
     resp = await client.get("/health", headers={"Origin": evil})
+    await assert_error(resp, 403, "Origin")  # refused outright (tests/test_security.py: every route)
     assert "Access-Control-Allow-Origin" not in resp.headers
     resp = await client.get("/v1/chats")  # no Origin (curl, the ST server plugin): no CORS headers
     assert resp.status == 200 and "Access-Control-Allow-Origin" not in resp.headers
     pre = await client.options("/v1/chats/c1/sync", headers={
         "Origin": evil, "Access-Control-Request-Method": "POST"})
-    data = await assert_error(pre, 403, None)
+    data = await assert_error(pre, 403, "Origin")
     assert "server.cors_origins" in data["error"]
     assert "Access-Control-Allow-Origin" not in pre.headers
 
@@ -717,6 +721,21 @@ async def test_cors_origins_is_a_setting(client):
     assert "Access-Control-Allow-Origin" not in resp.headers  # no longer listed
     pre = await client.options("/v1/settings", headers={"Origin": ST_ORIGIN, "Access-Control-Request-Method": "PUT"})
     assert pre.status == 403
+
+
+async def test_extra_cors_origins_keep_the_defaults(client):
+    lan = "http://192.168.1.10:8000"
+    await ok_json(await client.put("/v1/settings", json={"settings": {"server.extra_cors_origins": [lan]}}))
+    for origin in (lan, ST_ORIGIN, "http://localhost:8000"):
+        resp = await client.get("/health", headers={"Origin": origin})
+        assert resp.headers["Access-Control-Allow-Origin"] == origin
+        pre = await client.options("/v1/settings", headers={"Origin": origin, "Access-Control-Request-Method": "PUT"})
+        assert pre.status == 204
+    pre = await client.options("/v1/settings", headers={"Origin": "http://evil.example",
+                                                       "Access-Control-Request-Method": "PUT"})
+    assert pre.status == 403
+    settings = (await ok_json(await client.get("/v1/settings")))["settings"]
+    assert settings["server.cors_origins"] == ["http://127.0.0.1:8000", "http://localhost:8000"]
 
 
 # -- auth -----------------------------------------------------------------------------------------
@@ -850,7 +869,8 @@ async def test_websocket_hello_ping_and_progress(client):
     assert extract, progress
     last = extract[-1]
     assert last["done"] == last["total"] == len(MESSAGES)
-    assert set(last) == {"type", "task", "chat_id", "done", "total", "eta_s"}
+    assert set(last) == {"type", "task", "chat_id", "done", "total", "eta_s", "embedded", "embed_total", "working"}
+    assert last["working"] is False and last["embedded"] == last["embed_total"] > 0
     assert all(0 < m["done"] <= m["total"] for m in extract)
     await ws.close()
     await settle(sc_of(client), "c1")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -54,6 +55,18 @@ def data_dir(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture
+def empty_dir(tmp_path) -> Path:
+    """A data dir with a database and no chats."""
+    path = tmp_path / "empty"
+
+    async def prepare():
+        await Services.open(path, embedder=HashEmbedder()).close()
+
+    asyncio.run(prepare())
+    return path
+
+
 def node_signatures(doc: dict) -> list:
     return sorted(repr((n["type"], sorted(n["fields"].items()), n["importance"], n["seq_range"], n["archived"],
                         n["pinned"], n["tags"])) for n in doc["nodes"])
@@ -90,27 +103,33 @@ def test_settings_markdown_is_docs_settings_md():
                                    "`stbme settings --markdown > docs/settings.md`")
 
 
-def test_settings_lists_every_setting():
-    out = run("settings").stdout
+def test_settings_defaults_lists_every_setting():
+    out = run("settings", "--defaults").stdout
     for s in config.SETTINGS:
         assert s.name in out
 
 
 # -- stats ----------------------------------------------------------------------------------------
-def test_stats_empty(tmp_path):
-    result = run("stats", "--data-dir", tmp_path / "empty")
+def test_stats_empty(empty_dir):
+    result = run("stats", "--data-dir", empty_dir)
     assert "0 chats, 0 active memories" in result.stdout
-    assert str(tmp_path / "empty" / "stbme.sqlite3") in result.stdout
+    assert str(empty_dir / "stbme.sqlite3") in result.stdout
     assert LocalEmbedder.id in result.stdout
 
 
 def test_stats(data_dir):
     result = run("stats", "--data-dir", data_dir)
     assert "1 chats" in result.stdout
-    assert f"c1: {len(MESSAGES)} messages" in result.stdout and f"processed up to #{len(MESSAGES) - 1}" in result.stdout
+    n = len(MESSAGES)
+    assert f"c1: {n} messages" in result.stdout and f"processed {n}/{n} messages (100%)" in result.stdout
+    # prepared with the test embedder: none of them has a vector from the CLI's local model yet
+    assert re.search(r"embedded 0/\d+ memories \(0%\)", result.stdout)
     data = json.loads(run("stats", "--json", "--data-dir", data_dir).stdout)
     chat = data["chats"][0]
     assert chat["chat_id"] == "c1" and chat["messages"] == len(MESSAGES) and chat["nodes"] >= len(MESSAGES)
+    assert chat["progress"]["messages"] == {"done": n, "total": n, "percent": 100.0}
+    assert chat["progress"]["embedding"] == {"done": 0, "total": chat["nodes"], "percent": 0.0}
+    assert chat["progress"]["working"] is False
     assert data["health"]["store"]["nodes"] == chat["nodes"]
     assert data["health"]["queue"]["pending"] == 0
 
@@ -137,9 +156,11 @@ def test_export_import_round_trip(data_dir, tmp_path):
     copy = json.loads(run("export", "c2", "--data-dir", data_dir).stdout)
     assert node_signatures(copy) == node_signatures(doc) and len(copy["edges"]) == len(doc["edges"])
 
-    # import adds; --replace replaces
+    # c2 had no messages: it got the export's, and the memories are tied to them
+    assert f"tied to messages 0-{len(MESSAGES) - 1} ({len(MESSAGES)} messages restored)" in result.stderr
+    # the same export again ties to the same messages: nothing doubles; --replace replaces
     run("import", "c2", out, "--data-dir", data_dir)
-    assert len(json.loads(run("export", "c2", "--data-dir", data_dir).stdout)["nodes"]) == 2 * len(doc["nodes"])
+    assert node_signatures(json.loads(run("export", "c2", "--data-dir", data_dir).stdout)) == node_signatures(doc)
     run("import", "c2", out, "--replace", "--data-dir", data_dir)
     assert node_signatures(json.loads(run("export", "c2", "--data-dir", data_dir).stdout)) == node_signatures(doc)
     # the import was embedded with the local model
@@ -150,7 +171,9 @@ def test_export_import_round_trip(data_dir, tmp_path):
 
 def test_import_st_bme_graph(tmp_path):
     data_dir = tmp_path / "data"
-    result = run("import", "old chat", FIXTURES / "st_bme_graph_v4.json", "--data-dir", data_dir)
+    result = run("import", "old chat", FIXTURES / "st_bme_graph_v4.json", "--data-dir", data_dir, expect=1)
+    assert "no sidecar data in" in result.stderr and "--create" in result.stderr and not data_dir.exists()
+    result = run("import", "old chat", FIXTURES / "st_bme_graph_v4.json", "--data-dir", data_dir, "--create")
     assert "imported 10 memories and 4 edges; skipped 4" in result.stderr
     stats = json.loads(run("stats", "--json", "--data-dir", data_dir).stdout)
     assert stats["chats"][0]["chat_id"] == "old chat" and stats["chats"][0]["nodes"] == 8
@@ -168,12 +191,12 @@ def test_import_bad_json_file(tmp_path):
     ("[1, 2]", "JSON object"),
     ('{"format": "stbme-sidecar", "version": 7, "nodes": []}', "version"),
 ])
-def test_import_wrong_document(tmp_path, content, words):
+def test_import_wrong_document(empty_dir, tmp_path, content, words):
     bad = tmp_path / "wrong.json"
     bad.write_text(content, encoding="utf-8")
-    result = run("import", "c1", bad, "--data-dir", tmp_path / "data", expect=1)
+    result = run("import", "c1", bad, "--data-dir", empty_dir, expect=1)
     assert words in result.stderr and result.stderr.startswith("Error:")
-    assert json.loads(run("stats", "--json", "--data-dir", tmp_path / "data").stdout)["chats"] == []
+    assert json.loads(run("stats", "--json", "--data-dir", empty_dir).stdout)["chats"] == []
 
 
 def test_import_missing_file_is_a_usage_error(tmp_path):
@@ -194,9 +217,10 @@ def test_recall(data_dir):
     assert small["tokens"] <= 50
 
 
-def test_recall_of_unknown_chat(data_dir):
-    result = run("recall", "nope", "anything", "--data-dir", data_dir)
-    assert "(nothing relevant remembered)" in result.stdout
+@pytest.mark.parametrize("command", [("recall", "nope", "anything"), ("export", "nope")])
+def test_recall_and_export_of_unknown_chat_fail(data_dir, command):
+    result = run(*command, "--data-dir", data_dir, expect=1)
+    assert "no chat 'nope'" in result.stderr and "stbme stats" in result.stderr and result.stdout == ""
 
 
 def test_recall_bad_budget_is_a_clean_error(data_dir):
@@ -222,14 +246,14 @@ def test_reindex(data_dir):
 
 
 def test_reindex_every_chat(data_dir):
-    run("import", "c2", FIXTURES / "st_bme_graph_v9.json", "--data-dir", data_dir)
+    run("import", "c2", FIXTURES / "st_bme_graph_v9.json", "--data-dir", data_dir)  # exists: no --create
     result = run("reindex", "--data-dir", data_dir)
     assert "Indexing c1" in result.stderr and "Indexing c2" in result.stderr
     assert "c2: 6 memories indexed" in result.stderr
 
 
-def test_reindex_without_chats(tmp_path):
-    assert "no chats yet" in run("reindex", "--data-dir", tmp_path / "data").stderr
+def test_reindex_without_chats(empty_dir):
+    assert "no chats yet" in run("reindex", "--data-dir", empty_dir).stderr
 
 
 def test_reindex_unknown_chat_is_an_error(data_dir):

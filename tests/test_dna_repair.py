@@ -85,7 +85,7 @@ async def test_duplicate_signal_reinforces_instead_of_adding(sidecar):
     chat = turn("I want slower pacing, don't rush the romance.")
     await ingest(sidecar, "c", chat)
     [first] = await directives(sidecar, "c")
-    await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET weight = 0.5 WHERE id = ?", (first["id"],)))
+    assert first["weight"] == 0.5   # a directive starts where a repeat shows (dynamics.DIRECTIVE_START_WEIGHT)
     chat += turn("I want slower pacing, do not rush the romance!")
     await ingest(sidecar, "c", chat)
     assert [d["id"] for d in await directives(sidecar, "c")] == [first["id"]]

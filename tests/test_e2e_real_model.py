@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from urllib.parse import quote
 
 import aiohttp
 import pytest
 
-from conftest import sync_body, wait_for, wait_for_sync
+from conftest import serve_process, sync_body, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,42 +39,10 @@ CHINESE = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = free_port()
-    data = tmp_path_factory.mktemp("e2e-data")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "stbme", "serve", "--port", str(port), "--data-dir", str(data)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    def answers():
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("stbme serve exited: " + proc.stderr.read()) from None
-            return False
-
-    try:
-        wait_for_sync(answers, "stbme serve to answer /health", timeout=120)
-    except AssertionError:
-        proc.kill()
-        raise
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with serve_process(tmp_path_factory.mktemp("e2e-data")) as url:
+        yield url
 
 
 def as_messages(chat):

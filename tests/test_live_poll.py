@@ -14,6 +14,7 @@ from conftest import full_sync, wait_for
 from fake_openai import answer
 from stbme.api.app import create_app
 from stbme.api.keys import polls_key, services_key
+from llm_fixtures import PER_MESSAGE
 from test_sync_rollback import make_chat
 
 CLIENT = "phone-client-1"
@@ -56,19 +57,19 @@ async def test_bad_poll_requests_name_the_field(client):
 
 
 async def test_expired_session_stops_relaying(client):
+    """A closed tab is noticed by a timer within the TTL, with no other client polling."""
     sc = client.server.app[services_key]
+    client.server.app[polls_key].ttl_s = 0.3
     await poll(client, wait_s=0, relay=True)
     assert sc.relay.connected == 1
-    sessions = client.server.app[polls_key]
-    sessions.ttl_s = 0.0
-    sessions.expire()
-    assert sc.relay.connected == 0
+    await wait_for(lambda: sc.relay.connected == 0, "the idle session to expire")
+    assert len(client.server.app[polls_key]) == 0
 
 
 @pytest.fixture
 async def relay_poll_client(aiohttp_client, tmp_path, embedder):
     app = create_app(tmp_path / "data", embedder=embedder,
-                     cli_settings={"llm.mode": "relay", "llm.relay_timeout_s": 10})
+                     cli_settings={"llm.mode": "relay", "llm.relay_timeout_s": 10, **PER_MESSAGE})
     return await aiohttp_client(app)
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import DEADLINE_S, full_sync, sync_body, wait_for
 from fake_openai import FakeOpenAI
-from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
+from llm_fixtures import PER_MESSAGE, fake, llm_sc, llm_settings  # noqa: F401
 from stbme.llm.base import LLMError
 from stbme.services import Services
 from test_llm_pipeline import MAINTAIN_OFTEN, ingest, rows_snapshot, snapshot
@@ -80,7 +80,9 @@ async def process(sc: Services) -> None:
 @pytest.mark.parametrize("seed", range(SEEDS))
 async def test_fault_schedule_ends_equal_to_a_fresh_ingest(tmp_path, embedder, fake, seed):
     rng = random.Random(1000 + seed)
-    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **FAST_FAILING))
+    # Odd seeds run the default batching: one LLM extraction for several replies, journaled over all of them.
+    batching = {"extract.llm_every": 3, "extract.smart_trigger": True} if seed % 2 else {}
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **FAST_FAILING, **batching))
     sc.memory_llm.client.http.backoff_s = 0.01
     sc.memory_llm.client.http.timeout = aiohttp.ClientTimeout(total=HANG_TIMEOUT_S)
     try:
@@ -122,6 +124,7 @@ async def test_a_cut_off_answer_is_asked_again_with_more_room(llm_sc, fake):
 
 async def test_a_failure_after_the_commit_marks_the_batch_for_redo(llm_sc, fake):
     """Evolution or maintenance failing after the batch committed used to be skipped for good."""
+    await llm_sc.settings_service.update_global({"evolve.mode": "separate"})
     chat = make_chat(random.Random(5), 3)
     await full_sync(llm_sc, "c", chat)
     fake.garbage_tasks = {"evolve"}
@@ -153,7 +156,7 @@ class Sidecar:
         port = free_port()
         settings = {"llm.mode": "openai", "llm.url": self.fake_url, "llm.model": "fake", "llm.retries": 1,
                     "llm.timeout_s": 5, "embed.provider": "openai", "embed.openai_url": self.fake_url,
-                    "embed.openai_model": "fake", **MAINTAIN_OFTEN}
+                    "embed.openai_model": "fake", **PER_MESSAGE, **MAINTAIN_OFTEN}
         args = [a for name, value in settings.items() for a in ("--setting", name, str(value).lower()
                                                                  if isinstance(value, bool) else str(value))]
         self.proc = subprocess.Popen([sys.executable, "-m", "stbme", "serve", "--port", str(port), "--data-dir",

@@ -12,7 +12,8 @@ import pytest
 from conftest import full_sync, recall
 from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
 from stbme.llm.base import LLMError
-from stbme.pipeline.extract import parse_operations, smart_score, strip_tags
+from stbme.pipeline.extract import smart_score, strip_tags
+from stbme.pipeline.operations import parse_operations
 from stbme.pipeline.sync import Message
 from stbme.services import Services
 from test_sync_rollback import line, make_chat, random_edit
@@ -144,7 +145,9 @@ async def test_contradiction_invalidates_the_old_fact(llm_sc, fake):
     assert old and old[0][5] == 1  # archived: no longer current, restorable
 
 
-async def test_locked_memories_are_never_rewritten(llm_sc, fake):
+@pytest.mark.parametrize("mode", ["with_extraction", "separate"])
+async def test_locked_memories_are_never_rewritten(llm_sc, fake, mode):
+    await llm_sc.settings_service.update_global({"evolve.mode": mode})
     chat = [{"role": "user", "name": "A", "text": "Hi"},
             {"role": "assistant", "name": "N", "text": "Elena waits by the lighthouse."}]
     await ingest(llm_sc, "c", chat)
@@ -154,8 +157,16 @@ async def test_locked_memories_are_never_rewritten(llm_sc, fake):
              {"role": "assistant", "name": "N", "text": "Elena is captured near the lighthouse."}]
     await ingest(llm_sc, "c", chat)
     after = await llm_sc.memories.get("c", elena["id"])
-    assert after["fields"] == elena["fields"] and after["evolution"] == [] and after["tags"] == elena["tags"]
-    assert "evolve" in fake.tasks()
+    assert (after["fields"], after["evolution"], after["tags"]) == (elena["fields"], elena["evolution"], elena["tags"])
+    assert evolution_was_asked(fake, mode)
+
+
+def evolution_was_asked(fake, mode: str) -> bool:
+    """In the separate mode an evolve call; with the extraction, the extract prompt carries the duty."""
+    if mode == "separate":
+        return "evolve" in fake.tasks()
+    return "evolve" not in fake.tasks() and all(
+        "Evolution:" in c["body"]["messages"][0]["content"] for c in fake.calls if c["task"] == "extract")
 
 
 # -- dedupe -----------------------------------------------------------------------------------------
@@ -181,12 +192,14 @@ async def test_dedupe_skips_and_merges(llm_sc, fake):
 
 
 # -- evolution --------------------------------------------------------------------------------------
-async def test_evolution_links_and_updates_only_shown_neighbours(llm_sc, fake):
+@pytest.mark.parametrize("mode", ["with_extraction", "separate"])
+async def test_evolution_links_and_updates_only_shown_neighbours(llm_sc, fake, mode):
+    await llm_sc.settings_service.update_global({"evolve.mode": mode})
     chat = make_chat(random.Random(3), 5)
     snap = await ingest(llm_sc, "c", chat)
-    evolve_calls = [c for c in fake.calls if c["task"] == "evolve"]
-    assert evolve_calls  # one call per batch with new memories, never one per memory
-    assert len(evolve_calls) <= fake.tasks().count("extract")
+    assert evolution_was_asked(fake, mode)
+    # at most one evolution call per batch with new memories (never one per memory), or none at all
+    assert len([c for c in fake.calls if c["task"] == "evolve"]) <= fake.tasks().count("extract")
     evolved = [n for n in snap["nodes"] if '"context":"Seen again' in n[1]]
     assert evolved and all(n[9] for n in evolved)  # tags set
     nodes = (await llm_sc.memories.list("c", limit=500))["nodes"]
@@ -199,10 +212,13 @@ async def test_evolution_links_and_updates_only_shown_neighbours(llm_sc, fake):
 
 
 async def test_evolution_failure_degrades(llm_sc, fake):
+    """A failed separate evolution call keeps the batch's memories and marks it to be redone."""
+    await llm_sc.settings_service.update_global({"evolve.mode": "separate"})
     fake.garbage_tasks.add("evolve")
     snap = await ingest(llm_sc, "c", make_chat(random.Random(4), 3))
     assert snap["processed_upto"] == 5 and llm_nodes(snap, "character")
     assert not any('"context"' in n[1] for n in snap["nodes"])
+    assert (await llm_sc.chats.status("c"))["degraded_from"] == 0
 
 
 # -- maintenance ------------------------------------------------------------------------------------
@@ -276,6 +292,27 @@ async def test_dead_llm_degrades_then_the_batches_are_redone(llm_sc, fake):
     assert live == fresh
 
 
+@pytest.mark.parametrize("fault, words, not_words", [
+    ("garbage", "the memory LLM answered, but not with JSON the sidecar can read", "unreachable"),
+    ("dead", "the memory LLM is unreachable", "not with JSON"),
+])
+async def test_the_notice_says_what_went_wrong(llm_sc, fake, fault, words, not_words):
+    queue = llm_sc.live.subscribe()
+    if fault == "garbage":
+        fake.garbage_tasks = {"extract"}
+    else:
+        fake.statuses = [500] * 1000
+    await full_sync(llm_sc, "c", make_chat(random.Random(3), 1))
+    await llm_sc.processor.process_chat("c")
+    notices = []
+    while not queue.empty():
+        message = queue.get_nowait()
+        if message["type"] == "notice" and message["level"] == "warning":
+            notices.append(message["message"])
+    assert notices and words in notices[0] and not_words not in notices[0], notices
+    assert "got memories without it" in notices[0]
+
+
 async def test_garbage_json_is_retried_with_a_reminder(llm_sc, fake):
     fake.garbage = 1
     snap = await ingest(llm_sc, "c", make_chat(random.Random(8), 1))
@@ -306,9 +343,16 @@ async def test_stale_batch_is_dropped_not_written(llm_sc, fake):
 
 
 # -- the property: rollback equals a fresh ingest ---------------------------------------------------
-@pytest.mark.parametrize("seed", [21, 22, 23])
-async def test_random_edits_equal_fresh_ingest_with_llm(tmp_path, embedder, fake, seed):
-    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **MAINTAIN_OFTEN))
+# The defaults batch the LLM extraction over several assistant messages (and extract early on a plot turn)
+# while the per-message memories come every message: an edit inside an LLM range must undo that whole range.
+DEFAULT_BATCHING = {"extract.llm_every": 3, "extract.smart_trigger": True}
+
+
+@pytest.mark.parametrize("seed, batching", [(21, {}), (22, {}), (23, {}), (24, DEFAULT_BATCHING),
+                                            (25, DEFAULT_BATCHING), (26, DEFAULT_BATCHING)])
+async def test_random_edits_equal_fresh_ingest_with_llm(tmp_path, embedder, fake, seed, batching):
+    sc = Services.open(tmp_path / "d", embedder=embedder,
+                       cli_settings=llm_settings(fake, **MAINTAIN_OFTEN, **batching))
     try:
         rng = random.Random(seed)
         chat = make_chat(rng, 6)
@@ -320,7 +364,9 @@ async def test_random_edits_equal_fresh_ingest_with_llm(tmp_path, embedder, fake
             if step % 3 == 2 or step == 7:
                 fresh = await ingest(sc, f"fresh-{step}", chat)
                 assert live == fresh, f"diverged after step {step} ({op})"
-        assert {"evolve", "summary", "rollup", "synopsis", "reflect", "compress"} <= set(fake.tasks())
+        if not batching:  # one extraction per reply reaches every maintenance cadence in this short chat
+            assert {"summary", "rollup", "synopsis", "reflect", "compress"} <= set(fake.tasks())
+        assert evolution_was_asked(fake, "with_extraction")
     finally:
         await sc.close()
 
@@ -374,3 +420,35 @@ async def test_an_edit_after_the_degraded_batches_keeps_them_marked(llm_sc, fake
     await llm_sc.processor.process_chat("c")
     assert (await llm_sc.chats.status("c"))["degraded_from"] is None
     assert await snapshot(llm_sc, "c") == await ingest(llm_sc, "fresh", chat)
+
+
+# -- the defaults: one LLM call for several replies -------------------------------------------------
+async def test_the_llm_reads_several_replies_in_one_call(tmp_path, embedder, fake):
+    sc = Services.open(tmp_path / "d", embedder=embedder,
+                       cli_settings=llm_settings(fake, **{**DEFAULT_BATCHING, "extract.smart_trigger": False}))
+    try:
+        chat = make_chat(random.Random(31), 7)
+        snap = await ingest(sc, "c", chat)
+        extracts = [c for c in fake.calls if c["task"] == "extract"]
+        assert len(extracts) == 2  # after the 3rd and the 6th reply; the 7th waits for two more
+        new = extracts[0]["body"]["messages"][1]["content"].split("## NEW messages")[1]
+        assert all(f"#{i} [" in new for i in range(6))  # one call read all six messages
+        status = await sc.chats.status("c")
+        assert status["processed_upto"] == 13  # while the per-message memories exist for every message
+        assert len([n for n in snap["nodes"] if n[0] == "event" and n[-1] == "heuristic"]) >= 14
+        # LLM memories cover the messages their call read (a dedupe merge may widen one across both calls)
+        assert {(n[2], n[3]) for n in llm_nodes(snap, "event")} <= {(0, 5), (6, 11), (0, 11)}
+    finally:
+        await sc.close()
+
+
+async def test_a_plot_turn_is_extracted_at_once(tmp_path, embedder, fake):
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **DEFAULT_BATCHING))
+    try:
+        chat = [{"role": "user", "name": "Alex", "text": "What is going on?"},
+                {"role": "assistant", "name": "Elena", "text": "Suddenly Marcus confesses the secret: he plans to "
+                                                               "betray us at Greywater! Did you hear that?!"}]
+        await ingest(sc, "c", chat)
+        assert fake.tasks().count("extract") == 1  # the smart trigger did not wait for three replies
+    finally:
+        await sc.close()

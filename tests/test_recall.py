@@ -122,6 +122,40 @@ async def test_pinned_and_rules_come_first_and_budget_holds(sidecar):
     assert tiny["tokens"] <= 50
 
 
+async def test_pinned_memories_open_the_block(sidecar):
+    await _chat(sidecar, {4: "The vault code is 4417."})
+    await create_node(sidecar, "c", {"type": "rule", "fields": {"title": "Tone", "constraint": "Keep it grim."}})
+    await create_node(sidecar, "c", {"type": "preference", "fields": {"content": "Short replies."}})
+    await create_node(sidecar, "c", {"text": "Elena is afraid of deep water.", "pinned": True})
+    text = (await recall(sidecar, "c", {"query": "vault code", "budget_tokens": 400}))["text"]
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:3] == ["## Pinned memories", "## User directives (follow these)", "## Rules and constraints"]
+    assert text.index("afraid of deep water") < text.index("Short replies") < text.index("Keep it grim")
+
+
+async def test_a_short_chats_greeting_is_not_injected_again(sidecar):
+    greeting = {"role": "assistant", "name": "Elena",
+                "text": "*The lighthouse keeper lifts her lantern.* I am Elena; the silver key hangs by my door."}
+    turns = [{"role": "user", "name": "Alex", "text": "Good evening."},
+             {"role": "assistant", "name": "Elena", "text": "Sit by the fire."},
+             {"role": "user", "name": "Alex", "text": "Tell me about the town."},
+             {"role": "assistant", "name": "Elena", "text": "Fishermen, mostly."},
+             {"role": "user", "name": "Alex", "text": "And the harbour?"},
+             {"role": "assistant", "name": "Elena", "text": "Quiet in winter."}]
+    await full_sync(sidecar, "g", [greeting] + turns)
+    await settle(sidecar, "g")
+    query = {"query": "where is the silver key?", "budget_tokens": 300}
+    assert "silver key" not in (await recall(sidecar, "g", query))["text"]   # SillyTavern still sends it
+    await sidecar.settings_service.update_chat("g", {"recall.in_prompt_tokens": 0})
+    assert "silver key" in (await recall(sidecar, "g", query))["text"]        # the rule is off
+    await sidecar.settings_service.update_chat("g", {"recall.in_prompt_tokens": None})
+    long_turns = [{"role": m["role"], "name": m["name"], "text": f"{m['text']} " + "The wind howls. " * 60}
+                  for m in turns * 3]
+    await full_sync(sidecar, "g", [greeting] + turns + long_turns)            # the chat outgrew the budget
+    await settle(sidecar, "g")
+    assert "silver key" in (await recall(sidecar, "g", query))["text"]
+
+
 async def test_recall_reinforces_access(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417."})
     result = await recall(sidecar, "c", {"query": "vault code", "budget_tokens": 200})

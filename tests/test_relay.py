@@ -15,12 +15,13 @@ from stbme.api.app import create_app
 from stbme.api.keys import services_key
 from stbme.llm.base import LLMError
 from stbme.llm.relay import RelayChannel
+from llm_fixtures import PER_MESSAGE
 from test_sync_rollback import make_chat
 
 
 @pytest.fixture
 async def relay_client(aiohttp_client, tmp_path, embedder):
-    app = create_app(tmp_path / "data", embedder=embedder, cli_settings={"llm.mode": "relay"})
+    app = create_app(tmp_path / "data", embedder=embedder, cli_settings={"llm.mode": "relay", **PER_MESSAGE})
     return await aiohttp_client(app)
 
 
@@ -125,10 +126,10 @@ async def test_extension_errors_and_disconnects_fail_the_request_at_once():
                                                   max_tokens=10, timeout_s=5))
     await wait_for(lambda: sent, "the request to reach the extension")
     assert sent[0]["type"] == "relay_request" and sent[0]["task"] == "summary"
-    assert channel.resolve({"type": "relay_response", "id": sent[0]["id"], "error": "No API connected"})
+    assert channel.resolve({"type": "relay_response", "id": sent[0]["id"], "error": "No API connected"}, peer)
     with pytest.raises(LLMError, match="could not run the relayed LLM request: No API connected"):
         await pending
-    assert not channel.resolve({"type": "relay_response", "id": sent[0]["id"], "text": "late"})  # ignored
+    assert not channel.resolve({"type": "relay_response", "id": sent[0]["id"], "text": "late"}, peer)  # ignored
     pending = asyncio.create_task(channel.request([], task="summary", max_tokens=10, timeout_s=5))
     await wait_for(lambda: len(sent) == 2, "the second request to reach the extension")
     channel.detach(peer)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
 from .errors import BadRequest
+from .origins import check_host_names, check_http_url, check_origins
+from .patterns import PatternError, check_pattern, split_patterns
 from .policy import STRATEGIES
+
 
 SettingValue = Any
 
@@ -27,6 +30,7 @@ class Setting:
     per_chat: bool = False
     secret: bool = False
     restart: bool = False  # takes effect on the next start
+    check: Callable[[Any], None] | None = None  # a further rule on the value; raises ValueError saying why
 
     @property
     def group(self) -> str:
@@ -49,6 +53,15 @@ class Setting:
 
     def validate(self, value: Any) -> SettingValue:
         """Return the value coerced to this setting's type, or raise BadRequest naming the setting."""
+        value = self._typed(value)
+        if self.check is not None:
+            try:
+                self.check(value)
+            except ValueError as exc:
+                raise BadRequest(f"setting {self.name!r}: {exc}", field=self.name) from None
+        return value
+
+    def _typed(self, value: Any) -> SettingValue:
         bad = lambda why: BadRequest(f"setting {self.name!r}: {why}", field=self.name)  # noqa: E731
         if self.type == "bool":
             if isinstance(value, bool):
@@ -87,11 +100,30 @@ class Setting:
         raise AssertionError(f"unknown setting type {self.type}")
 
 
+def _check_patterns(value: str) -> None:
+    for pattern in split_patterns(value):
+        try:
+            check_pattern(pattern)
+        except PatternError as exc:
+            raise ValueError(f"pattern {pattern!r}: {exc}") from None
+
+
 S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # server
     S("server.cors_origins", ["http://127.0.0.1:8000", "http://localhost:8000"], "list",
-      "Browser origins (the SillyTavern page) allowed to call the sidecar directly."),
+      "Browser origins (the SillyTavern page, scheme://host[:port]) allowed to call the sidecar directly; a "
+      "request from any other page is refused (403). '*' allows every page, and is honoured only when the "
+      "sidecar requires a token (docs/security.md).", check=check_origins),
+    S("server.extra_cors_origins", [], "list",
+      "More browser origins allowed besides server.cors_origins, e.g. SillyTavern opened at "
+      "http://192.168.1.10:8000. Adding one here keeps the default origins.", check=check_origins),
+    S("server.allowed_hosts", [], "list",
+      "Host names, besides localhost, 127.0.0.1 and ::1, a loopback sidecar without a token answers to (the "
+      "Host header; anything else is refused against DNS rebinding). Add the name you reach it by, e.g. "
+      "st-box.lan.", check=check_host_names),
+    S("server.body_timeout_s", 60.0, "float",
+      "A request body that has not fully arrived after this many seconds is refused (408).", min=1, max=3600),
     S("server.max_body_bytes", 32 * 1024 * 1024, "int", "Largest request body accepted, in bytes.",
       min=1024, max=1024 * 1024 * 1024, restart=True),
     S("server.max_sync_messages", 2000, "int", "Most messages one sync request may carry.", min=1, max=100000),
@@ -102,7 +134,8 @@ SETTINGS: tuple[Setting, ...] = (
       "Embedding model: 'local' (bundled multilingual-e5-small, no network) or 'openai' "
       "(any OpenAI-compatible /v1/embeddings). Changing it re-embeds every memory in the background.",
       choices=("local", "openai")),
-    S("embed.openai_url", "", "str", "Base URL of an OpenAI-compatible embeddings API, e.g. http://127.0.0.1:11434/v1."),
+    S("embed.openai_url", "", "str", "Base URL of an OpenAI-compatible embeddings API, e.g. http://127.0.0.1:11434/v1.",
+      check=check_http_url),
     S("embed.openai_key", "", "str", "API key for the embeddings API (empty for local servers).", secret=True),
     S("embed.openai_model", "text-embedding-3-small", "str", "Embedding model name for the OpenAI-compatible API."),
     S("embed.batch_size", 32, "int", "Texts per embedding call.", min=1, max=2048),
@@ -137,8 +170,16 @@ SETTINGS: tuple[Setting, ...] = (
     S("recall.duplicate_similarity", 0.97, "float",
       "A memory this similar (cosine) to a better-ranked one is left out as a near-duplicate.", min=0.5, max=1),
     S("recall.recent_turns", 2, "int", "Recent chat turns blended into the recall query.", min=0, max=20),
+    S("recall.max_query_tokens", 256, "int",
+      "Longest recall query (and recent turn) embedded and searched, in tokens: only the end of a longer one is "
+      "used (the embedding model's cost grows with its input, up to 512 tokens).", min=16, max=100000),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
+    S("recall.in_prompt_tokens", 1000, "int",
+      "Skip memories of the greeting (the messages before the user's first) while the whole chat is shorter "
+      "than this many tokens: SillyTavern drops the oldest messages only when the context is full, so the "
+      "greeting of a short chat is in the prompt already. Keep it below the chat history your context holds; "
+      "0 = off.", min=0, max=1_000_000, per_chat=True),
     S("recall.language", "auto", "choice", "Language of the block's section headings.",
       choices=("auto", "en", "zh"), per_chat=True),
     # injection (used by the extension)
@@ -160,7 +201,7 @@ SETTINGS: tuple[Setting, ...] = (
       "or 'relay' (the extension runs each request on your current SillyTavern connection; no second key).",
       choices=("none", "openai", "relay")),
     S("llm.url", "", "str", "Base URL of an OpenAI-compatible chat API, e.g. https://api.openai.com/v1 or "
-      "http://127.0.0.1:11434/v1 (llm.mode = openai)."),
+      "http://127.0.0.1:11434/v1 (llm.mode = openai).", check=check_http_url),
     S("llm.key", "", "str", "API key of the chat API (empty for local servers).", secret=True),
     S("llm.model", "", "str", "Model name for the chat API, e.g. gpt-4o-mini or deepseek-chat."),
     S("llm.temperature", 0.2, "float", "Sampling temperature of memory tasks.", min=0, max=2),
@@ -187,13 +228,18 @@ SETTINGS: tuple[Setting, ...] = (
     S("extract.existing_memories", 12, "int",
       "LLM extraction: most existing memories shown to the LLM (so it updates instead of duplicating).",
       min=0, max=60),
-    S("extract.smart_trigger", False, "bool",
+    S("extract.llm_every", 3, "int",
+      "LLM mode: one extraction call for this many new assistant messages (the messages still in the prompt "
+      "are not recalled anyway, so memory loses nothing while the LLM bill shrinks); the smart trigger "
+      "extracts earlier on an important turn. 1 = a call for every reply.", min=1, max=50, per_chat=True),
+    S("extract.smart_trigger", True, "bool",
       "Extract early when the new text looks like a plot turn (keywords, patterns, names), before "
-      "extract.every assistant messages.", per_chat=True),
+      "extract.llm_every assistant messages.", per_chat=True),
     S("extract.trigger_patterns", "", "str",
-      "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive).", per_chat=True),
-    S("extract.smart_threshold", 2, "int", "Smart-trigger score that starts an extraction.", min=1, max=10,
-      per_chat=True),
+      "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive, RE2 syntax: no "
+      "backreferences or lookaround).", per_chat=True, check=lambda value: _check_patterns(value)),
+    S("extract.smart_threshold", 3, "int", "Smart-trigger score that starts an extraction (plot-turn words up to "
+      "2, a trigger pattern 2, role switches 1, '!?' 1, a name 1).", min=1, max=10, per_chat=True),
     # dedupe
     S("dedupe.enabled", True, "bool", "Ask the LLM whether a new memory very similar to an old one is new, a "
       "correction (merge) or a duplicate (skip).", per_chat=True),
@@ -205,12 +251,18 @@ SETTINGS: tuple[Setting, ...] = (
     S("evolve.enabled", True, "bool",
       "A-MEM evolution: let each new memory re-read its nearest old memories (links, context, tags).",
       per_chat=True),
+    S("evolve.mode", "with_extraction", "choice",
+      "'with_extraction': the extraction call also answers the evolution of the memories it creates against the "
+      "existing memories it was shown (no extra call); 'separate': one more call per batch after embedding, "
+      "each new memory shown with its nearest memories by vector (the seed's procedure).",
+      choices=("with_extraction", "separate"), per_chat=True),
     S("evolve.neighbors", 5, "int", "Nearest old memories re-read per new memory.", min=1, max=20),
     S("evolve.min_similarity", 0.3, "float",
       "Old memories less similar than this (cosine) to the new one are not shown for evolution.", min=0, max=1),
     # maintenance
     S("maintain.summary_every", 3, "int",
-      "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels.",
+      "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels. "
+      "In LLM mode an extraction is extract.llm_every assistant messages.",
       min=0, max=100, per_chat=True),
     S("maintain.summary_fan_in", 3, "int", "Summaries of one level folded into one of the next level.",
       min=2, max=10),
@@ -287,7 +339,7 @@ SETTINGS: tuple[Setting, ...] = (
     # DNA hub (optional): share genes and capsules between sidecars, never chat content
     S("network.enabled", False, "bool", "Join a DNA hub: heartbeat with stats, publish and fetch genes/capsules."),
     S("network.hub_url", "", "str", "Base URL of the DNA hub (`stbme hub`), e.g. http://127.0.0.1:8770 "
-      "(empty = none)."),
+      "(empty = none).", check=check_http_url),
     S("network.node_id", "", "str", "This sidecar's name on the hub (empty = none)."),
     S("network.token", "", "str", "Token the hub requires (Authorization: Bearer).", secret=True),
     S("network.heartbeat_interval_minutes", 6, "int", "Minutes between heartbeats to the hub.",
@@ -340,6 +392,7 @@ class Settings:
         self._global = defaults()
         self._global.update(global_values or {})
         self._chat: dict[str, dict] = {k: dict(v) for k, v in (chat_values or {}).items()}
+        self.degraded: list = []  # setting_rules.Degraded: stored values this run sets aside, and why
 
     def get(self, name: str, chat_id: str | None = None) -> SettingValue:
         if chat_id is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import config
+from .authority import AuthorityService
 from .dna.hub_client import HubClient
 from .embed import Embedder, EmbeddingService
 from .embed.factory import make_embedder
@@ -28,6 +29,7 @@ from .usecases.housekeeping import Housekeeping
 from .usecases.memories import Memories
 from .usecases.memory_llm import MemoryLLM
 from .usecases.processing import ChatProcessor
+from .usecases.progress import ProgressTracker
 from .usecases.recall import Recall
 from .usecases.scheduler import DnaScheduler
 from .usecases.settings import SettingsService, open_settings
@@ -40,7 +42,10 @@ DATABASE = "stbme.sqlite3"
 
 class Services:
     """Everything one data directory runs on. `open()` builds it; `start()` starts the background tasks
-    (the server does, the CLI does not); `close()` stops them and closes the store."""
+    (the server does; the CLI starts only the job worker, and only to process what it brings in);
+    `close()` stops them and closes the store."""
+
+    remote = False   # the CLI also runs against a server's API (cli/remote.py), which says True
 
     def __init__(self, data_dir: Path, store: Store, settings: config.Settings, embedder: Embedder, *,
                  clock: Callable[[], float] = time.time):
@@ -58,25 +63,32 @@ class Services:
         self.memory_llm = MemoryLLM(settings, self.relay)
         self.settings_service = SettingsService(store, settings)
         self.embedding = Embedding(store, settings, self.embeddings, self.indexes, self.live)
-        self.processor = ChatProcessor(store, settings, self.embedding, self.memory_llm, self.live, self.worker.wake)
+        self.progress = ProgressTracker(store, self.live, lambda: self.embeddings.id)
+        self.processor = ChatProcessor(store, settings, self.embedding, self.memory_llm, self.live, self.worker.wake,
+                                       self.progress)
         self.sync = ChatSync(store, settings, self.indexes, self.live, self.worker.wake)
-        self.chats = Chats(store, self.embeddings, self.indexes, self.worker.wake)
+        self.chats = Chats(store, settings, self.embeddings, self.indexes, self.worker.wake, self.progress)
         self.memories = Memories(store, self.indexes, self.embedding)
         self.recall = Recall(store, settings, self.embeddings, self.indexes, self.memory_llm)
-        self.transfer = Transfer(store, self.indexes, self.embedding, self.live)
-        self.health = Health(store, self.embedding, self.memory_llm, self.live)
+        self.transfer = Transfer(store, settings, self.indexes, self.embedding, self.live, self.worker.wake)
+        self.health = Health(store, self.embedding, self.memory_llm, self.live, self.progress)
         self.dna = DnaMemory(store, settings, self.embeddings, self.embedding.index_changes, clock)
         self.dna_assets = DnaAssets(store)
         self.dna_scheduler = DnaScheduler(store, settings, self.dna)
         self.hub = HubClient(store, settings, self.dna.global_stats)
         self.housekeeping = Housekeeping(store, settings, self.indexes, self.embedding, self.processor)
+        # The Authority bridge (issue 13): the original ST-BME's storage protocol, its files under
+        # <data dir>/authority/, its jobs on this job queue.
+        self.authority = AuthorityService(self.data_dir / "authority", store, self.worker.wake)
 
         self.worker.register(JobKind.PROCESS, lambda job: self.processor.process_chat(job["chat_id"]))
         self.worker.register(JobKind.REINDEX, lambda job: self.embedding.reindex(job["chat_id"]))
+        for kind in self.authority.job_kinds:
+            self.worker.register(kind, self.authority.run_job)
         self.settings_service.validators.append(self.memory_llm.validate)
         self.settings_service.listeners += [self.embedding.on_settings, self.processor.on_settings]
         self.relay.on_connect.append(self.processor.resume_parked)
-        self.chats.on_delete += [self.recall.forget_chat, settings.forget_chat]
+        self.chats.on_delete += [self.recall.forget_chat, settings.forget_chat, self.progress.forget]
         self._tasks: list[asyncio.Task] = []
         self._closed = False
 
@@ -99,13 +111,23 @@ class Services:
         """A chat's effective settings, as a function of the name."""
         return lambda name: self.settings.get(name, chat_id)
 
+    async def chat_settings(self, chat_id: str | None) -> dict[str, Any]:
+        """The effective settings (of a chat), secrets masked."""
+        return self.settings.all(chat_id)
+
+    async def start_worker(self) -> None:
+        """Run the job worker alone (the CLI, while it brings a chat in: no schedulers, no hub). Nobody
+        else has the directory open, so jobs a crash left running are resumed."""
+        await self.worker.resume_interrupted()
+        self._tasks.append(asyncio.create_task(self.worker.run(), name="stbme-worker"))
+
     async def start(self) -> None:
         """Resume interrupted jobs; start the worker, housekeeping, warm-up, DNA scheduler and hub heartbeat."""
         await self.dna_assets.install_builtins()
         await self.worker.resume_interrupted()
         for name, coro in (("worker", self.worker.run()), ("housekeeping", self.housekeeping.run()),
                            ("warm-up", self.housekeeping.warm_up()), ("dna-scheduler", self.dna_scheduler.run()),
-                           ("hub-heartbeat", self.hub.run())):
+                           ("hub-heartbeat", self.hub.run()), ("authority-saver", self.authority.run_saver())):
             self._tasks.append(asyncio.create_task(coro, name=f"stbme-{name}"))
 
     async def close(self) -> None:
@@ -123,6 +145,8 @@ class Services:
             await self.indexes.save_dirty()
         with contextlib.suppress(Exception):
             await self.hub.close()
+        with contextlib.suppress(Exception):
+            await self.authority.close()
         await self.embedding.close()
         await self.memory_llm.close()
         self.store.close()

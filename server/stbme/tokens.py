@@ -44,3 +44,16 @@ def fit_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> tuple[str, 
 def truncate_to_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> str:
     """Cut text to at most max_tokens tokens (ellipsis included), on a token boundary."""
     return fit_tokens(text, max_tokens, ellipsis)[0]
+
+
+def last_tokens(text: str, max_tokens: int) -> str:
+    """The end of text, at most max_tokens tokens, cut on a token boundary. Only the last
+    `max_tokens * 8` characters are tokenized, so a huge text costs no more than a short one."""
+    if max_tokens <= 0:
+        return ""
+    tail = text[-max_tokens * 8:]
+    enc = _encoding()
+    ids = enc.encode(tail, disallowed_special=())
+    if len(ids) <= max_tokens:
+        return tail
+    return enc.decode(ids[-max_tokens:]).lstrip("\ufffd")  # a cut inside a multi-byte character

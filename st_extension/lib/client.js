@@ -185,6 +185,8 @@ export class SidecarClient {
     sync(chatId, body, options) { return this.post(`/v1/chats/${enc(chatId)}/sync`, body, options); }
     recall(chatId, body, options) { return this.post(`/v1/chats/${enc(chatId)}/recall`, body, options); }
     status(chatId, options) { return this.get(`/v1/chats/${enc(chatId)}/status`, options); }
+    /** Process every stored message of the chat now: `{queued, progress}`. */
+    process(chatId, options) { return this.post(`/v1/chats/${enc(chatId)}/process`, {}, options); }
     listChats(options) { return this.get('/v1/chats', options); }
     deleteChat(chatId, options) { return this.request('DELETE', `/v1/chats/${enc(chatId)}`, options); }
 

@@ -251,6 +251,8 @@ export const SETTING_LABELS = Object.freeze({
     'embed.openai_url': 'Embeddings API URL',
     'embed.openai_key': 'Embeddings API key',
     'embed.openai_model': 'Embeddings model name',
+    'server.extra_cors_origins': 'More SillyTavern addresses allowed',
+    'recall.in_prompt_tokens': 'Greeting counts as in the prompt up to (tokens)',
 });
 
 /**

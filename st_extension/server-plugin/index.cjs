@@ -8,6 +8,13 @@
 // Configuration (first match wins):
 //   env STBME_SIDECAR_URL / STBME_TOKEN / STBME_PROXY_TIMEOUT_MS
 //   config.json next to this file: {"sidecarUrl": "http://127.0.0.1:8765", "token": "", "timeoutMs": 120000}
+//
+// The sidecar also serves the original ST-BME extension's "Authority" storage protocol under /v1/authority
+// (docs/authority.md). Point ST-BME's Authority base URL at /api/plugins/stbme/v1/authority, or install a
+// second copy of this folder (say plugins/authority/) whose config.json says {"mountAs": "authority"}: that
+// copy registers as the plugin "authority", so ST-BME's default /api/plugins/authority reaches the sidecar's
+// /v1/authority with no setting changed. `mountAs` is read from config.json only (an environment variable
+// would give both copies the same id). The Authority session header is forwarded on Authority paths.
 // No dependencies beyond Node's standard library.
 
 'use strict';
@@ -19,20 +26,37 @@ const path = require('node:path');
 
 const VERSION = '0.1.0';
 const TOKEN_HEADER = 'x-stbme-token';
+const SESSION_HEADER = 'x-authority-session-token';
+const AUTHORITY_PREFIX = '/v1/authority';
 const ALLOWED_METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE']);
 /** Only the sidecar's API is reachable through ST, nothing else on that host. */
 const ALLOWED_PATH = /^\/(health|v1\/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)$/;
+/** As the "authority" plugin: any path below it, mapped below the sidecar's /v1/authority. */
+const AUTHORITY_PATH = /^\/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*$/;
 
-const info = {
-    id: 'stbme',
-    name: 'ST-BME Sidecar proxy',
-    description: 'Forwards /api/plugins/stbme/* to the ST-BME memory sidecar (for browsers that cannot reach it directly).',
-};
+/**
+ * The plugin's identity for ST's loader: "stbme", or "authority" when config.json says so.
+ * @param {string} mountAs
+ */
+function pluginInfo(mountAs) {
+    if (mountAs === 'authority') {
+        return {
+            id: 'authority',
+            name: 'ST-BME Sidecar (Authority bridge)',
+            description: 'Serves /api/plugins/authority/* from the ST-BME memory sidecar\'s Authority bridge.',
+        };
+    }
+    return {
+        id: 'stbme',
+        name: 'ST-BME Sidecar proxy',
+        description: 'Forwards /api/plugins/stbme/* to the ST-BME memory sidecar (for browsers that cannot reach it directly).',
+    };
+}
 
 /**
  * Read the plugin's settings from the environment and config.json.
  * @param {string} [dir] folder holding config.json
- * @returns {{sidecarUrl: string, token: string, timeoutMs: number}}
+ * @returns {{sidecarUrl: string, token: string, timeoutMs: number, mountAs: string}}
  */
 function loadConfig(dir = __dirname) {
     let file = {};
@@ -44,8 +68,11 @@ function loadConfig(dir = __dirname) {
     const sidecarUrl = String(process.env.STBME_SIDECAR_URL || file.sidecarUrl || 'http://127.0.0.1:8765').replace(/\/+$/, '');
     const token = String(process.env.STBME_TOKEN || file.token || '');
     const timeoutMs = Number(process.env.STBME_PROXY_TIMEOUT_MS || file.timeoutMs || 120000);
-    return { sidecarUrl, token, timeoutMs: Number.isFinite(timeoutMs) && timeoutMs > 0 ? timeoutMs : 120000 };
+    const mountAs = file.mountAs === 'authority' ? 'authority' : 'stbme';
+    return { sidecarUrl, token, timeoutMs: Number.isFinite(timeoutMs) && timeoutMs > 0 ? timeoutMs : 120000, mountAs };
 }
+
+const info = pluginInfo(loadConfig().mountAs);
 
 function sendError(res, status, message) {
     if (res.headersSent) {
@@ -57,9 +84,10 @@ function sendError(res, status, message) {
 
 /**
  * The express handler that forwards one request.
- * @param {{sidecarUrl: string, token: string, timeoutMs: number}} config
+ * @param {{sidecarUrl: string, token: string, timeoutMs: number, mountAs?: string}} config
  */
 function createProxyHandler(config) {
+    const asAuthority = config.mountAs === 'authority';
     const upstream = new URL(config.sidecarUrl);
     const client = upstream.protocol === 'https:' ? https : http;
     const basePath = upstream.pathname.replace(/\/+$/, '');
@@ -67,13 +95,18 @@ function createProxyHandler(config) {
     return function stbmeProxy(req, res) {
         // req.url is relative to the mount point (/api/plugins/stbme), query string included.
         const target = new URL(req.url, 'http://placeholder');
-        if (!ALLOWED_METHODS.has(req.method) || !ALLOWED_PATH.test(target.pathname) || target.pathname.includes('..')) {
+        const allowed = asAuthority ? AUTHORITY_PATH : ALLOWED_PATH;
+        if (!ALLOWED_METHODS.has(req.method) || !allowed.test(target.pathname) || target.pathname.includes('..')) {
             sendError(res, 404, `not a sidecar API path: ${req.method} ${target.pathname}`);
             return;
         }
+        const upstreamPath = (asAuthority ? AUTHORITY_PREFIX : '') + target.pathname;
         const headers = { accept: 'application/json' };
         const token = req.get(TOKEN_HEADER) || config.token;
         if (token) headers.authorization = `Bearer ${token}`;
+        // ST-BME's Authority client names its session in this header; the sidecar checks it after the token.
+        const session = req.get(SESSION_HEADER);
+        if (session && upstreamPath.startsWith(AUTHORITY_PREFIX + '/')) headers[SESSION_HEADER] = session;
 
         // ST parses JSON bodies globally when its CORS proxy is enabled (body-parser sets req._body);
         // then the stream is spent and the parsed body must be re-sent.
@@ -94,7 +127,7 @@ function createProxyHandler(config) {
             hostname: upstream.hostname,
             port: upstream.port,
             method: req.method,
-            path: basePath + target.pathname + target.search,
+            path: basePath + upstreamPath + target.search,
             headers,
             timeout: config.timeoutMs,
         }, upstreamRes => {
@@ -122,16 +155,17 @@ function createProxyHandler(config) {
  * @param {import('express').Router} router
  */
 async function init(router) {
-    const config = loadConfig();
+    const config = { ...loadConfig(), mountAs: info.id };
     router.get('/_proxy/info', (req, res) => {
         res.json({ ok: true, plugin: info.id, version: VERSION, sidecar: config.sidecarUrl });
     });
     router.use(createProxyHandler(config));
-    console.log(`ST-BME proxy: /api/plugins/${info.id}/ -> ${config.sidecarUrl}`);
+    const upstream = config.sidecarUrl + (info.id === 'authority' ? AUTHORITY_PREFIX : '');
+    console.log(`ST-BME proxy: /api/plugins/${info.id}/ -> ${upstream}`);
 }
 
 async function exit() {
     // Nothing to close: every request's upstream connection ends with the request.
 }
 
-module.exports = { info, init, exit, loadConfig, createProxyHandler };
+module.exports = { info, init, exit, loadConfig, createProxyHandler, pluginInfo };

@@ -4,6 +4,7 @@
 
 import { LiveChannel } from '../lib/live.js';
 import { LongPollChannel } from '../lib/longpoll.js';
+import { progressText, timeLeft } from '../lib/progress.js';
 import { LOG, currentChatId, toast } from './st.js';
 
 const PROXY_POLL_MS = 5000;
@@ -18,8 +19,9 @@ const LONG_POLL_S = 20;
  * @param {(request: object) => Promise<object>} deps.relay runs a relay_request, resolves with the relay_response
  * @param {(chatId: string) => void} deps.onJobDone a job of that chat finished (refresh what shows memories)
  * @param {() => void} deps.onChange the channel state or progress text changed
+ * @param {(message: object) => void} [deps.onProgress] a progress message arrived
  */
-export function createLiveLink({ settings, connection, version, relay, onJobDone, onChange }) {
+export function createLiveLink({ settings, connection, version, relay, onJobDone, onChange, onProgress = () => {} }) {
     let progress = '';
     let pollTimer = null;
     const setProgress = text => {
@@ -34,9 +36,11 @@ export function createLiveLink({ settings, connection, version, relay, onJobDone
                 break;
             case 'progress': {
                 const { task = 'work', done = 0, total = 0, eta_s: eta } = message;
+                onProgress(message);
+                if (message.chat_id && message.chat_id !== currentChatId()) break;
                 const pct = total ? Math.round((done / total) * 100) : 0;
-                setProgress(done >= total && total ? '' :
-                    `${task}: ${done}/${total} (${pct}%)${Number.isFinite(eta) && eta > 0 ? `, about ${Math.ceil(eta)} s left` : ''}`);
+                if (task === 'extract') setProgress(message.working === false ? '' : progressText(message));
+                else setProgress(done >= total && total ? '' : `${task}: ${done}/${total} (${pct}%)${timeLeft(eta) ? `, ${timeLeft(eta)}` : ''}`);
                 break;
             }
             case 'notice': {
@@ -86,7 +90,7 @@ export function createLiveLink({ settings, connection, version, relay, onJobDone
         const status = await connection.client.status(chatId);
         if (currentChatId() !== chatId) return;
         const pending = status.jobs?.pending ?? 0;
-        let text = pending ? `Processing memories: up to message ${status.processed_upto} of ${status.messages - 1} (${pending} job(s) pending)` : '';
+        let text = pending || status.progress?.working ? progressText(status.progress) : '';
         if (status.jobs?.last_error && status.jobs?.failed) text = `Last job failed: ${status.jobs.last_error}`;
         setProgress(text);
     }

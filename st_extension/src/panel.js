@@ -19,11 +19,12 @@ const CLIENT_KEYS = ['sidecarUrl', 'connection', 'apiToken', 'requestTimeoutMs']
  * @param {ReturnType<import('./settings_form.js').createSettingsForm>} deps.settingsForm
  * @param {ReturnType<import('./memory_browser.js').createMemoryBrowser>} deps.browser
  * @param {ReturnType<import('./transfer.js').createTransfer>} deps.transfer
+ * @param {ReturnType<import('./history.js').createHistory>} deps.history
  * @param {() => void} deps.clearSlot empty our prompt slot
  * @param {() => void} deps.redraw redraw the status and the last injection
  */
 export function createPanel(deps) {
-    const { settings, connection, live, chatSync, sidecarSettings, settingsForm, browser, transfer, clearSlot, redraw } = deps;
+    const { settings, connection, live, chatSync, sidecarSettings, settingsForm, browser, transfer, history, clearSlot, redraw } = deps;
 
     function onLocalSettingChanged(input, key) {
         const error = input.closest('.stbme_field')?.querySelector('.stbme_field_error');
@@ -86,6 +87,7 @@ export function createPanel(deps) {
             transfer.importFile(event.target).catch(error => toast('error', `Import failed: ${error.message}`));
         });
         onClick('stbme_show_used', () => toggleSection('stbme_injection_view'), fail);
+        onClick('stbme_history_button', history.start, fail);
         browser.bind();
         for (const radio of document.querySelectorAll('input[name="stbme_scope"]')) {
             radio.addEventListener('change', () => {

@@ -3,6 +3,7 @@ starts and closes the services."""
 
 from __future__ import annotations
 
+import logging
 import weakref
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,17 @@ from ..embed import Embedder
 from ..errors import StbmeError
 from ..live import PollSessions
 from ..services import Services
+from .authority_routes import setup_authority_routes
 from .dna_routes import setup_dna_routes
 from .keys import polls_key, services_key, sockets_key, token_key
 from .live_routes import setup_live_routes
-from .middleware import auth_middleware, cors_middleware, error_middleware, is_loopback
+from .middleware import (auth_middleware, browser_middleware, error_middleware, host_middleware, is_loopback,
+                         protocol_log)
+from .requests import body_timeout_key
 from .routes import setup_routes
 
 DEFAULT_PORT = 8765
+log = logging.getLogger("stbme")
 __all__ = ["DEFAULT_PORT", "create_app", "services_key"]
 
 
@@ -27,16 +32,23 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
                embedder: Embedder | None = None, cli_settings: dict[str, Any] | None = None,
                services: Services | None = None) -> web.Application:
     """The application over a data directory (or over `services` already opened). Binding anywhere but
-    loopback requires a token."""
+    loopback requires a token; without one, only loopback Host names are answered (DNS rebinding)."""
     if not is_loopback(host) and not token:
         raise StbmeError(f"binding to {host} exposes your chats to the network: set an API token with "
                          "--token or STBME_TOKEN (the extension then sends it)", status=500)
     svc = services or Services.open(data_dir, embedder=embedder, cli_settings=cli_settings)
+    origins = lambda: [*svc.settings["server.cors_origins"], *svc.settings["server.extra_cors_origins"]]  # noqa: E731
+    if "*" in origins() and not token:
+        log.warning("server.cors_origins contains '*', which is ignored without an API token: any web page "
+                    "could use the sidecar. List SillyTavern's origin, or start with --token")
+    guards = [host_middleware(lambda: svc.settings["server.allowed_hosts"])] if not token else []
     app = web.Application(
-        middlewares=[cors_middleware(lambda: svc.settings["server.cors_origins"]), error_middleware,
-                     auth_middleware(token or "", query_token_paths=("/v1/ws",))],
+        middlewares=[*guards, browser_middleware(origins, allow_any_origin=bool(token)),
+                     error_middleware, auth_middleware(token or "", query_token_paths=("/v1/ws",))],
         client_max_size=svc.settings["server.max_body_bytes"],
+        handler_args={"logger": protocol_log},
     )
+    app[body_timeout_key] = lambda: svc.settings["server.body_timeout_s"]
     app[services_key] = svc
     app[token_key] = token or ""
     app[sockets_key] = weakref.WeakSet()
@@ -45,6 +57,7 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
     setup_routes(app)
     setup_live_routes(app)
     setup_dna_routes(app)
+    setup_authority_routes(app)
 
     async def lifecycle(app: web.Application):
         await svc.start()

@@ -10,18 +10,21 @@ from ..dna.assets import TRIGGER_TYPES
 from ..errors import BadRequest
 from ..graph.schema import NODE_TYPES
 from ..pipeline.sync import ROLES, Message, SyncRequest
+from ..tokens import last_tokens
 from ..usecases.memories import MemoryEdit, NewMemory
 from ..usecases.recall import RecallRequest
 
 MAX_FIELD_NAME = 64
 MAX_TAGS, MAX_TAG_CHARS = 32, 64
+MAX_INDEX = 2**31 - 1  # message indexes, lengths and swipe ids: far above any chat, far below SQLite's 2^63
+MAX_RECENT = 20  # recent turns a recall may send (recall.recent_turns is at most 20)
 
 
-def _int(value: Any, field: str, minimum: int = 0) -> int:
+def _int(value: Any, field: str, minimum: int = 0, maximum: int = MAX_INDEX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"'{field}' must be a whole number", field=field)
-    if value < minimum:
-        raise BadRequest(f"'{field}' must be at least {minimum}", field=field)
+    if not minimum <= value <= maximum:
+        raise BadRequest(f"'{field}' must be from {minimum} to {maximum}", field=field)
     return value
 
 
@@ -79,17 +82,28 @@ def parse_sync_request(body: Any, *, max_messages: int, max_chars: int) -> SyncR
     return SyncRequest(length, messages, anchors)
 
 
-def parse_recall(body: Any, *, max_chars: int) -> RecallRequest:
+def parse_recall(body: Any, *, max_chars: int, max_query_tokens: int | None = None) -> RecallRequest:
+    """{query, recent?, budget_tokens?, max_memories?}. The query and each recent text are cut to their
+    last `max_query_tokens` (recall.max_query_tokens): only that much is embedded and searched."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object with 'query'")
     query = body.get("query", "")
     if not isinstance(query, str):
         raise BadRequest("'query' must be a string", field="query")
     if len(query) > max_chars:
-        raise BadRequest("'query' is too long", field="query")
+        raise BadRequest(f"'query' has {len(query)} characters; the limit is {max_chars} "
+                         "(server.max_message_chars)", field="query")
     recent = body.get("recent") or []
     if not isinstance(recent, list) or not all(isinstance(m, dict) for m in recent):
         raise BadRequest("'recent' must be a list of {role, name, text}", field="recent")
+    recent = recent[-MAX_RECENT:]
+    for i, message in enumerate(recent):
+        if message.get("text") is not None and not isinstance(message["text"], str):
+            raise BadRequest(f"'recent[{i}].text' must be a string", field=f"recent[{i}].text")
+    if max_query_tokens is not None:
+        query = last_tokens(query, max_query_tokens)
+        recent = [{**m, "text": last_tokens(m["text"], max_query_tokens)} if isinstance(m.get("text"), str) else m
+                  for m in recent]
     budget = config.setting("recall.budget_tokens").validate(body["budget_tokens"]) if "budget_tokens" in body else None
     limit = config.setting("recall.max_memories").validate(body["max_memories"]) if "max_memories" in body else None
     return RecallRequest(query, recent, budget, limit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ..dna.plan_files import parse_body as parse_plan_body
 from ..errors import BadRequest
 from .bodies import parse_signals, parse_text
 from .keys import services
@@ -81,9 +82,24 @@ async def list_events(request):
 
 
 async def export_events(request):
-    body = await _assets(request).export_events(**_event_filters(request))
-    return web.Response(body=body, content_type="application/x-ndjson",
-                        headers={"Content-Disposition": 'attachment; filename="stbme-events.jsonl"'})
+    plan = choice_query(request, "format", "stbme", ("stbme", "plan")) == "plan"
+    # Whole, not streamed: the CORS middleware adds its headers to an unsent response. Large logs go to
+    # a file with `stbme dna export-assets` (written a page at a time).
+    body = b"".join([page async for page in _assets(request).event_lines(plan=plan, **_event_filters(request))])
+    return web.Response(body=body, content_type="application/x-ndjson", headers={
+        "Content-Disposition": f'attachment; filename="{"events" if plan else "stbme-events"}.jsonl"'})
+
+
+async def plan_assets(request):
+    return json_response(await _assets(request).plan_assets())
+
+
+async def import_plan_assets(request):
+    body = await read_json(request)
+    replace = body.get("replace", False) if isinstance(body, dict) else False
+    if not isinstance(replace, bool):
+        raise BadRequest("'replace' must be true or false", field="replace")
+    return json_response({"imported": await _assets(request).import_plan(parse_plan_body(body), replace=replace)})
 
 
 def _status(request) -> str | None:
@@ -170,6 +186,8 @@ def setup_dna_routes(app: web.Application) -> None:
     r.add_delete("/v1/dna/capsules/{capsule_id}", delete_capsule)
     r.add_get("/v1/dna/events", list_events)
     r.add_get("/v1/dna/events.jsonl", export_events)
+    r.add_get("/v1/dna/assets", plan_assets)
+    r.add_post("/v1/dna/assets", import_plan_assets)
     r.add_get("/v1/dna/repair-loops", list_loops)
     r.add_get("/v1/dna/hub", hub_status)
     r.add_post("/v1/dna/hub/heartbeat", hub_heartbeat)

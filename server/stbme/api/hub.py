@@ -1,24 +1,30 @@
 """The DNA hub server (`stbme hub`, optional): sidecars heartbeat their stats (numbers only) and capabilities,
 and publish and fetch genes and capsules (templates, never chat content). Same middlewares, error shape and
-token rule as the sidecar's API; its own SQLite database (`hub.sqlite3`) with its own migrations."""
+token rule as the sidecar's API; its own SQLite database (`hub.sqlite3`) with its own migrations.
+
+It answers the plan's client (seed 001, `MemoryNetwork`) as that client expects: a heartbeat gets
+`{"tasks": [...]}`, sharing a gene gets a 200, and `GET /genes/{id}` answers with the gene itself (the
+client returns the body as the gene), in the plan's shape; who published it and when travel in the
+`X-Published-By` (percent-encoded) / `X-Published-At` headers."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
 from .. import __version__
 from ..dna import assets
-from ..dna.hub_client import shareable_gene
+from ..dna.hub_client import PUBLISHED_AT, PUBLISHED_BY, shareable_gene
 from ..errors import BadRequest, NotFound
 from ..policy import STRATEGIES
 from ..store import Store
 from ..store.migrations import HUB_MIGRATIONS
-from .middleware import auth_middleware, error_middleware
+from .middleware import auth_middleware, browser_middleware, error_middleware, host_middleware, protocol_log
 from .requests import json_response, read_object
 
 DEFAULT_HUB_PORT = 8770
@@ -42,9 +48,10 @@ def _node_id(body: dict) -> str:
 
 
 def _gene_data(raw: Any) -> dict:
-    """A published gene, validated like a local one, with only the shareable keys."""
+    """A published gene, validated like a local one (the plan's actions mapped or kept as templates), kept
+    in the plan's shape with only the shareable keys."""
     gene = assets.gene_from_body(shareable_gene(raw))
-    return shareable_gene(gene.to_json())
+    return shareable_gene(gene.plan_json())
 
 
 def _capsule_data(body: dict) -> dict:
@@ -103,16 +110,27 @@ def _publish(kind: str):
     return handler
 
 
-def _fetch(kind: str):
-    async def handler(request):
-        asset_id = request.match_info["asset_id"]
-        row = await request.app[hub_store_key].read(lambda conn: conn.execute(
-            "SELECT node_id, data, published_at FROM hub_assets WHERE kind = ? AND id = ?", (kind, asset_id)).fetchone())
-        if row is None:
-            raise NotFound(f"no {kind} {asset_id!r} on this hub", field="id")
-        return json_response({kind: orjson.loads(row["data"]), "published_by": row["node_id"],
-                              "published_at": row["published_at"]})
-    return handler
+async def _published(request, kind: str):
+    asset_id = request.match_info["asset_id"]
+    row = await request.app[hub_store_key].read(lambda conn: conn.execute(
+        "SELECT node_id, data, published_at FROM hub_assets WHERE kind = ? AND id = ?", (kind, asset_id)).fetchone())
+    if row is None:
+        raise NotFound(f"no {kind} {asset_id!r} on this hub", field="id")
+    return row
+
+
+async def _fetch_gene(request):
+    """The body is the gene (the plan's client returns it as is); a fetched gene starts unused there."""
+    row = await _published(request, "gene")
+    gene = {"created": row["published_at"], **orjson.loads(row["data"]), "usage_count": 0}
+    return web.Response(body=orjson.dumps(gene), content_type="application/json", headers={
+        PUBLISHED_BY: quote(row["node_id"], safe=""), PUBLISHED_AT: repr(row["published_at"])})
+
+
+async def _fetch_capsule(request):
+    row = await _published(request, "capsule")
+    return json_response({"capsule": orjson.loads(row["data"]), "published_by": row["node_id"],
+                          "published_at": row["published_at"]})
 
 
 def _list(kind: str):
@@ -131,8 +149,13 @@ async def _health(request):
 
 
 def create_hub_app(data_dir: Path | str, *, token: str = "") -> web.Application:
-    """The hub: heartbeats, published genes and capsules, in `<data_dir>/hub.sqlite3`."""
-    app = web.Application(middlewares=[error_middleware, auth_middleware(token or "")], client_max_size=MAX_HUB_BODY)
+    """The hub: heartbeats, published genes and capsules, in `<data_dir>/hub.sqlite3`. Sidecars call it,
+    browsers never: any request from a web page is refused, and without a token only loopback Host names
+    are answered (DNS rebinding)."""
+    guards = [host_middleware(lambda: [])] if not token else []
+    app = web.Application(middlewares=[*guards, browser_middleware(lambda: [], allow_any_origin=False),
+                                       error_middleware, auth_middleware(token or "")],
+                          client_max_size=MAX_HUB_BODY, handler_args={"logger": protocol_log})
     app[hub_store_key] = Store.open(Path(data_dir).expanduser() / HUB_DATABASE, migrations=HUB_MIGRATIONS)
     r = app.router
     r.add_get("/health", _health)
@@ -140,10 +163,10 @@ def create_hub_app(data_dir: Path | str, *, token: str = "") -> web.Application:
     r.add_get("/nodes", _nodes)
     r.add_post("/genes", _publish("gene"))
     r.add_get("/genes", _list("gene"))
-    r.add_get("/genes/{asset_id}", _fetch("gene"))
+    r.add_get("/genes/{asset_id}", _fetch_gene)
     r.add_post("/capsules", _publish("capsule"))
     r.add_get("/capsules", _list("capsule"))
-    r.add_get("/capsules/{asset_id}", _fetch("capsule"))
+    r.add_get("/capsules/{asset_id}", _fetch_capsule)
 
     async def close(app):
         app[hub_store_key].close()

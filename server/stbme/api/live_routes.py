@@ -1,5 +1,7 @@
 """The live channel to the extension: progress, notices and the LLM relay, over a WebSocket or, through
-SillyTavern's proxy plugin (which cannot carry one), HTTP long-poll."""
+SillyTavern's proxy plugin (which cannot carry one), HTTP long-poll. The app's middlewares check Host and
+Origin on both before these handlers run (a page of another site gets no socket, no session); a relay
+answer counts only from the session its request was sent to (llm/relay.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ async def live_socket(request):
                 # The extension can run LLM requests on the user's ST connection (llm.mode = relay).
                 relay_peer = svc.relay.attach(queue.put_nowait)
             else:
-                reply = client_message(svc.relay, data)
+                reply = client_message(svc.relay, data, relay_peer)
                 if reply is not None:
                     await ws.send_str(orjson.dumps(reply).decode())
     finally:
@@ -61,14 +63,15 @@ async def live_socket(request):
     return ws
 
 
-def client_message(relay: RelayChannel, data: Any) -> dict | None:
-    """A message from an extension on the live channel (WebSocket or long-poll); the reply, if any."""
+def client_message(relay: RelayChannel, data: Any, relay_peer: int | None) -> dict | None:
+    """A message from an extension on the live channel (WebSocket or long-poll session `relay_peer`);
+    the reply, if any."""
     if not isinstance(data, dict):
         return {"type": "error", "message": "send JSON objects"}
     if data.get("type") == "ping":
         return {"type": "pong"}
     if data.get("type") == "relay_response":
-        relay.resolve(data)
+        relay.resolve(data, relay_peer)
     return None
 
 
@@ -98,8 +101,8 @@ async def live_send(request):
     """A message from a long-poll client (relay_response, ping): {client_id, message} -> {reply}."""
     body = await read_json(request)
     svc, sessions = services(request), request.app[polls_key]
-    sessions.get(_poll_client(body))
-    return json_response({"reply": client_message(svc.relay, body.get("message"))})
+    session = sessions.get(_poll_client(body))
+    return json_response({"reply": client_message(svc.relay, body.get("message"), session.relay_peer)})
 
 
 def setup_live_routes(app: web.Application) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import math
+from typing import Any, Callable
 
 import orjson
 from aiohttp import web
 
-from ..errors import BadRequest, PayloadTooLarge, error_body
+from ..errors import BadRequest, PayloadTooLarge, StbmeError, error_body
 
 MAX_CHAT_ID = 512
+DEFAULT_BODY_TIMEOUT_S = 60.0
+# The body timeout of an app, read per request (server.body_timeout_s for the sidecar; the hub's default).
+body_timeout_key = web.AppKey("body_timeout_s", Callable[[], float])
 
 
 def json_response(data: dict, status: int = 200) -> web.Response:
@@ -22,12 +27,29 @@ def error_response(status: int, message: str, field: str | None = None) -> web.R
                         content_type="application/json")
 
 
-async def read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request, *, allow_empty: bool = False) -> Any:
+    """The request's JSON body; an empty body is a 400, or None with `allow_empty`. A body must say
+    `Content-Type: application/json` (415): a page may send text/plain cross-site without a preflight,
+    JSON it cannot. It must arrive within the body timeout (408), so a Content-Length larger than what is
+    sent does not hold the connection."""
+    if (request.headers.get("Content-Type") is None or request.content_type != "application/json") and (
+            not allow_empty or request.body_exists):
+        raise StbmeError(f"send the body as JSON with 'Content-Type: application/json' (got "
+                         f"{request.headers.get('Content-Type', 'no Content-Type')!r})", status=415,
+                         field="Content-Type")
+    timeout_s = request.app[body_timeout_key]() if body_timeout_key in request.app else DEFAULT_BODY_TIMEOUT_S
     try:
-        raw = await request.read()
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"the request body is larger than {request.client_max_size} bytes "
                               "(server.max_body_bytes)") from None
+    except TimeoutError:
+        raise StbmeError(f"the request body did not arrive within {timeout_s:g} s (server.body_timeout_s): "
+                         f"Content-Length says {request.content_length} bytes", status=408,
+                         field="Content-Length") from None
+    if allow_empty and not raw.strip():
+        return None
     if not raw:
         raise BadRequest("the request body is empty; send JSON")
     try:
@@ -89,6 +111,9 @@ def float_query(request: web.Request, name: str, what: str) -> float | None:
     if raw is None:
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise BadRequest(f"query parameter {name!r} must be {what}", field=name) from None
+        value = math.nan
+    if not math.isfinite(value):
+        raise BadRequest(f"query parameter {name!r} must be {what}", field=name)
+    return value

@@ -1,5 +1,5 @@
-"""The main routes (docs/api.md): health, settings, chats, sync, recall, memories, edges, import/export,
-reindex. Handlers parse the request, call one use case, and answer JSON."""
+"""The main routes (docs/api.md): health, settings, chats, sync, processing, recall, memories, edges,
+import/export, reindex. Handlers parse the request, call one use case, and answer JSON."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import orjson
 from aiohttp import web
 
 from .. import config
+from ..errors import BadRequest
+from ..graph.schema import Strength
 from .bodies import parse_memory_edit, parse_new_memory, parse_recall, parse_settings, parse_sync_request
 from .keys import services as _svc
-from .requests import chat_id, choice_query, int_query, json_response, read_json
+from .keys import token_key
+from .middleware import is_authorised
+from .requests import chat_id, choice_query, int_query, json_response, read_json, read_object
 
 
 def _max_chars(request: web.Request) -> int:
@@ -17,11 +21,19 @@ def _max_chars(request: web.Request) -> int:
 
 
 async def health(request):
-    return json_response(await _svc(request).health.report())
+    """Open without the token (the extension's connection check); the store's path on disk and the stored
+    settings set aside only for an authorised request."""
+    svc, report = _svc(request), await _svc(request).health.report()
+    authorised = is_authorised(request, request.app[token_key])
+    if not authorised:
+        report["store"]["path"] = None
+    report["settings_degraded"] = [d.to_json() for d in svc.settings.degraded] if authorised else []
+    return json_response(report)
 
 
 async def get_settings(request):
-    return json_response({"settings": _svc(request).settings.all()})
+    svc = _svc(request)
+    return json_response({"settings": svc.settings.all(), "degraded": [d.to_json() for d in svc.settings.degraded]})
 
 
 async def put_settings(request):
@@ -66,7 +78,8 @@ async def sync(request):
 
 async def recall(request):
     chat = chat_id(request)
-    req = parse_recall(await read_json(request), max_chars=_max_chars(request))
+    req = parse_recall(await read_json(request), max_chars=_max_chars(request),
+                       max_query_tokens=_svc(request).settings["recall.max_query_tokens"])
     return json_response(await _svc(request).recall.recall(chat, req))
 
 
@@ -99,12 +112,35 @@ async def node_action(request):
         chat_id(request), request.match_info["node_id"], request.match_info["action"])})
 
 
+async def create_edge(request):
+    """A manual link between two memories: {from_id, to_id, relation?, strength?}."""
+    chat = chat_id(request)
+    body = await read_object(request, "{from_id, to_id, relation, strength}")
+    for key in ("from_id", "to_id"):
+        if not isinstance(body.get(key), str) or not body[key]:
+            raise BadRequest(f"'{key}' must be a memory id", field=key)
+    relation = body.get("relation", "related")
+    strength = body.get("strength", Strength.LINK)
+    if not isinstance(relation, str):
+        raise BadRequest("'relation' must be a string", field="relation")
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)):
+        raise BadRequest("'strength' must be a number from 0 to 1", field="strength")
+    return json_response({"edge": await _svc(request).memories.link(chat, body["from_id"], body["to_id"], relation,
+                                                                    float(strength))})
+
+
+async def process_now(request):
+    """Process every stored message of the chat now (the panel's "Remember this chat's history now");
+    progress follows on the live channel and in the chat status."""
+    return json_response(await _svc(request).chats.process_now(chat_id(request)))
+
+
 async def list_edges(request):
     return json_response({"edges": await _svc(request).memories.edges(chat_id(request), request.query.get("node"))})
 
 
 async def export_chat(request):
-    doc = await _svc(request).transfer.export_chat(chat_id(request))
+    doc = await _svc(request).transfer.export_chat(chat_id(request), request.query.get("format", "stbme"))
     return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
 
@@ -139,6 +175,8 @@ def setup_routes(app: web.Application) -> None:
     r.add_patch(chat + "/nodes/{node_id}", edit_node)
     r.add_post(chat + "/nodes/{node_id}/{action}", node_action)
     r.add_get(chat + "/edges", list_edges)
+    r.add_post(chat + "/edges", create_edge)
+    r.add_post(chat + "/process", process_now)
     r.add_get(chat + "/export", export_chat)
     r.add_post(chat + "/import", import_chat)
     r.add_post(chat + "/reindex", reindex)

@@ -7,6 +7,7 @@ import click
 from .. import __version__
 from .commands import export, import_cmd, recall_cmd, reindex, serve, settings, stats
 from .dna import dna_group, hub_command
+from .ingest import ingest
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +18,7 @@ def main():
     \b
     Quick start:
       stbme serve                      # start the sidecar on http://127.0.0.1:8765
+      stbme ingest path/to/chats/      # bring SillyTavern chat files (.jsonl) in
       stbme stats                      # what it remembers
       stbme recall CHAT_ID "question"  # what it would inject for a question
 
@@ -24,5 +26,5 @@ def main():
     """
 
 
-for command in (serve, stats, recall_cmd, export, import_cmd, reindex, settings, dna_group, hub_command):
+for command in (serve, ingest, stats, recall_cmd, export, import_cmd, reindex, settings, dna_group, hub_command):
     main.add_command(command)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+from pathlib import Path
 
 import click
 import orjson
@@ -15,19 +16,20 @@ from ..services import Services
 from ..usecases.memories import NewMemory
 from ..usecases.recall import RecallRequest
 from .commands import _chat_arg
-from .common import data_dir_option, echo_json as _echo_json, json_option as _json_option, run
+from .common import create_option, data_dir_option, echo_json as _echo_json, json_option as _json_option, run
 
 
 @click.group("dna")
 def dna_group():
     """DNA Memory commands against a chat: remember, recall, reflect, decay, link, list, delete, stats,
-    export, genes, events.
+    export, genes, events; the plan's asset files: export-assets, import-assets.
 
     \b
       stbme dna remember CHAT "Elena is left-handed" --type correction --importance 8
       stbme dna list CHAT --type preference
       stbme dna decay CHAT && stbme dna reflect CHAT
       stbme dna events --chat CHAT --jsonl > events.jsonl
+      stbme dna export-assets ./memory && stbme dna import-assets ./memory
     """
 
 
@@ -230,13 +232,48 @@ def genes(disable_id, enable_id, add_file, data_dir, as_json):
 def events(chat_id, kind, limit, jsonl, data_dir):
     """The audit log: every gene use, signal, correction, decay, archive, repair loop and rollback."""
     if jsonl:
-        body = run(data_dir, lambda svc: svc.dna_assets.export_events(chat_id=chat_id, kind=kind))
-        sys.stdout.buffer.write(body)
+        async def write(svc: Services):
+            async for page in svc.dna_assets.event_lines(chat_id=chat_id, kind=kind):
+                sys.stdout.buffer.write(page)
+        run(data_dir, write)
         return
     rows = run(data_dir, lambda svc: svc.dna_assets.events(chat_id=chat_id, kind=kind, limit=limit))
     for e in reversed(rows):
         at = datetime.datetime.fromtimestamp(e["at"]).isoformat(timespec="seconds")
         click.echo(f"{at}  {e['kind']:<14} {e['chat_id'] or '-':<20} {orjson.dumps(e['data']).decode()}")
+
+
+@dna_group.command("export-assets")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--chat", "chat_id", default=None, help="Only this chat's events (genes and capsules are global).")
+@data_dir_option
+def export_assets(directory, chat_id, data_dir):
+    """Write genes.json, capsules.json and events.jsonl into DIRECTORY, in the DNA Memory plan's shapes."""
+    report = run(data_dir, lambda svc: svc.dna_assets.export_plan_dir(directory, chat_id=chat_id))
+    click.echo(f"wrote {report['genes']} genes, {report['capsules']} capsules and {report['events']} events "
+               f"to {directory}", err=True)
+
+
+@dna_group.command("import-assets")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--replace", is_flag=True, help="Overwrite genes and capsules whose id exists (default: keep them).")
+@data_dir_option
+@create_option
+@_json_option
+def import_assets(directory, replace, data_dir, create, as_json):
+    """Add the genes, capsules and events of DIRECTORY (genes.json, capsules.json, events.jsonl, as the DNA
+    Memory plan writes them or export-assets does). All or nothing; events already recorded are skipped."""
+    report = run(data_dir, lambda svc: svc.dna_assets.import_plan_dir(directory, replace=replace), create=create)
+    if as_json:
+        _echo_json(report)
+        return
+    for kind in ("genes", "capsules"):
+        counts = report[kind]
+        click.echo(f"{kind}: {counts['added']} added, {counts['replaced']} replaced, {len(counts['kept'])} kept",
+                   err=True)
+    click.echo(f"events: {report['events']['added']} added, {report['events']['skipped']} already there", err=True)
+    for warning in report["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @click.command("hub")

@@ -2,10 +2,8 @@
 gene selection by signals. Events (the audit log) live in store/events.py.
 
 A gene's triggers are `{type, pattern}`: a signal type (or `repair_loop`) and a regular expression
-(empty = any text of that type). Its actions are `{op, ...}` on the memory graph:
-`create_directive` (importance), `update_target` (a correction fixes or invalidates what it contradicts),
-`pin`, `lock`, `reinforce` (amount), `decay` (amount), `importance` (delta); `target` says whether an
-action applies to the new `directive` (default) or to the correction's `target`.
+(empty = any text of that type). Its actions act on the memory graph (dna/actions.py, which also carries
+the plan's actions). The plan's gene keys `created` (unix seconds) and `usage_count` are accepted too.
 """
 
 from __future__ import annotations
@@ -21,15 +19,15 @@ import orjson
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..index.lexical import tokenize
+from ..patterns import MAX_PATTERN_CHARS, PatternError, check_pattern, matches
+from .actions import exported, runnable, validate_actions
 from .signals import SIGNAL_TYPES
 from ..policy import STRATEGIES
 
 TRIGGER_TYPES = SIGNAL_TYPES + ("repair_loop",)
-OPS = ("create_directive", "update_target", "pin", "lock", "reinforce", "decay", "importance")
-TARGETS = ("directive", "target")
 TYPE_MATCH = 0.3
 SIMILARITY_WEIGHT = 0.7
-MAX_PATTERN = 500
+MAX_PATTERN = MAX_PATTERN_CHARS
 MAX_NAME = 120
 MAX_DESCRIPTION = 2000
 
@@ -57,6 +55,14 @@ class Gene:
 
     def has(self, op: str) -> bool:
         return any(a["op"] == op for a in self.actions)
+
+    def plan_json(self) -> dict:
+        """The gene in the plan's shape (seed 001 `create_gene`): its actions as they were sent, `created`
+        in unix seconds, `usage_count`; our own keys follow (a plan reader ignores them)."""
+        return {"id": self.id, "name": self.name, "description": self.description, "triggers": self.triggers,
+                "actions": [exported(a) for a in self.actions], "created": self.created_at,
+                "usage_count": self.usage_count, "enabled": self.enabled, "origin": self.origin,
+                "last_used": self.last_used, "updated_at": self.updated_at}
 
 
 @dataclasses.dataclass
@@ -165,39 +171,11 @@ def validate_triggers(value: Any) -> list[dict]:
             raise BadRequest(f"'{where}.pattern' must be a string of at most {MAX_PATTERN} characters",
                              field=f"{where}.pattern")
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise BadRequest(f"'{where}.pattern' is not a valid regular expression: {exc}",
+            check_pattern(pattern)
+        except PatternError as exc:
+            raise BadRequest(f"'{where}.pattern' is not a usable regular expression: {exc}",
                              field=f"{where}.pattern") from None
         out.append({"type": raw["type"], "pattern": pattern})
-    return out
-
-
-def validate_actions(value: Any) -> list[dict]:
-    if not isinstance(value, list) or not value:
-        raise BadRequest("'actions' must be a non-empty list of {op, ...}", field="actions")
-    out = []
-    for i, raw in enumerate(value[:32]):
-        where = f"actions[{i}]"
-        if not isinstance(raw, dict) or raw.get("op") not in OPS:
-            raise BadRequest(f"'{where}.op' must be one of {', '.join(OPS)}", field=f"{where}.op")
-        action: dict[str, Any] = {"op": raw["op"]}
-        target = raw.get("target", "directive")
-        if target not in TARGETS:
-            raise BadRequest(f"'{where}.target' must be directive or target", field=f"{where}.target")
-        if target != "directive":
-            action["target"] = target
-        for key, lo, hi in (("importance", 0, 10), ("amount", 0, 1), ("delta", -10, 10)):
-            if key in raw:
-                number = raw[key]
-                if isinstance(number, bool) or not isinstance(number, (int, float)) or not lo <= number <= hi:
-                    raise BadRequest(f"'{where}.{key}' must be a number from {lo} to {hi}", field=f"{where}.{key}")
-                action[key] = float(number)
-        unknown = set(raw) - {"op", "target", "importance", "amount", "delta"}
-        if unknown:
-            key = sorted(unknown)[0]
-            raise BadRequest(f"unknown key {key!r} in '{where}'", field=f"{where}.{key}")
-        out.append(action)
     return out
 
 
@@ -205,7 +183,7 @@ def gene_from_body(body: Any, *, base: Gene | None = None) -> Gene:
     """A gene from an API body (a full one, or a partial edit of `base`)."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object with 'name', 'triggers' and 'actions'")
-    unknown = set(body) - {"name", "description", "triggers", "actions", "enabled", "id"}
+    unknown = set(body) - {"name", "description", "triggers", "actions", "enabled", "id", "created", "usage_count"}
     if unknown:
         key = sorted(unknown)[0]
         raise BadRequest(f"unknown key {key!r}", field=key)
@@ -223,14 +201,27 @@ def gene_from_body(body: Any, *, base: Gene | None = None) -> Gene:
         if not isinstance(body["enabled"], bool):
             raise BadRequest("'enabled' must be true or false", field="enabled")
         gene.enabled = body["enabled"]
+    if "created" in body:
+        gene.created_at = _count(body, "created", float)
+    if "usage_count" in body:
+        gene.usage_count = int(_count(body, "usage_count", int))
     gene.updated_at = time.time()
     return gene
+
+
+def _count(body: dict, key: str, kind: type) -> float:
+    """A plan number: `created` (unix seconds) or `usage_count`, never negative."""
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e12 or (
+            kind is int and value != int(value)):
+        raise BadRequest(f"'{key}' must be " + ("a whole number from 0" if kind is int else "unix seconds"), field=key)
+    return kind(value)
 
 
 def capsule_from_body(conn: sqlite3.Connection, body: Any, *, base: Capsule | None = None) -> Capsule:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object with 'name', 'gene_ids' and 'strategy'")
-    unknown = set(body) - {"name", "description", "gene_ids", "strategy", "enabled", "id"}
+    unknown = set(body) - {"name", "description", "gene_ids", "strategy", "enabled", "id", "created"}
     if unknown:
         key = sorted(unknown)[0]
         raise BadRequest(f"unknown key {key!r}", field=key)
@@ -257,6 +248,8 @@ def capsule_from_body(conn: sqlite3.Connection, body: Any, *, base: Capsule | No
         if not isinstance(body["enabled"], bool):
             raise BadRequest("'enabled' must be true or false", field="enabled")
         capsule.enabled = body["enabled"]
+    if "created" in body:
+        capsule.created_at = _count(body, "created", float)
     capsule.updated_at = time.time()
     return capsule
 
@@ -381,11 +374,8 @@ def pattern_similarity(pattern: str, content: str) -> float:
     share of the pattern's literal words found in the text (0 for an empty pattern)."""
     if not pattern:
         return 0.0
-    try:
-        if re.search(pattern, content, re.I):
-            return 1.0
-    except re.error:
-        return 0.0
+    if matches(pattern, content):  # RE2: linear time, whatever the pattern (a gene's is user-written)
+        return 1.0
     words = set(tokenize(re.sub(r"\\[a-zA-Z]|[\^$.*+?()\[\]{}|\\]", " ", pattern)))
     if not words:
         return 0.0
@@ -406,13 +396,14 @@ def gene_score(gene: Gene, signals: list[dict]) -> float:
 
 
 def select_gene(genes: list[Gene], signals: list[dict]) -> tuple[Gene | None, float]:
-    """The best-scoring enabled gene (score > 0). On a tie the user's own genes win, then genes whose
+    """The best-scoring enabled gene (score > 0) with an action that does something here (a gene of plan
+    templates only never silences a signal). On a tie the user's own genes win, then genes whose
     triggers ask for no particular pattern (a pattern that did not match must not win a tie), then by id."""
     def tie_key(gene: Gene):
         return (gene.builtin, sum(1 for t in gene.triggers if t["pattern"]), gene.id)
 
     best, best_score = None, 0.0
-    for gene in sorted((g for g in genes if g.enabled), key=tie_key):
+    for gene in sorted((g for g in genes if g.enabled and runnable(g.actions)), key=tie_key):
         score = gene_score(gene, signals)
         if score > best_score + 1e-9:
             best, best_score = gene, score

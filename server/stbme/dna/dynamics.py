@@ -22,6 +22,13 @@ from ..policy import REINFORCE_STEP
 from ..store.events import record_event
 from .strategy import DAY, Strategy, chat_rng
 
+# Where a directive made from a user signal starts. Below 1 so that what the seed adds to it shows: a
+# repeated signal, a recall injection or the strategy's reinforce draw (+0.1 each, capped at 1) needs five
+# uses to reach full weight. Above `dna.forget_threshold` (0.2) by three `dna.decay_rate` (0.1) days, so an
+# unused directive is archived on its fourth decayed pass after `dna.decay_days`: at the strategies'
+# decay weights that is on average 7 + 4/0.8 = 12 idle days (cleanup), 17 (conservative), 27 (balanced)
+# or 87 (aggressive); at 1.0 it would take nine passes and every repeat in the first hour would be lost.
+DIRECTIVE_START_WEIGHT = 0.5
 LAYERS = ("working", "short_term", "long_term")
 EXEMPT_TYPES = ("rule",)
 # The raw per-message events are the chat's own record: they lose weight (and rank) when unused, but

@@ -1,7 +1,12 @@
 """The sidecar's side of the DNA hub (optional, off by default): heartbeat this sidecar's stats and
 capabilities, publish and fetch genes and capsules. Chat content never leaves the machine: a heartbeat
 carries numbers only, and only genes and capsules (templates) are shared. A dead hub never affects the chat:
-every call has a timeout and the heartbeat loop only logs its failures. The hub server is api/hub.py."""
+every call has a timeout and the heartbeat loop only logs its failures. The hub server is api/hub.py.
+
+Speaks the plan's protocol (seed 001, `MemoryNetwork`): `POST /heartbeat {node_id, stats, capabilities}`
+-> `{tasks}`, `POST /genes {node_id, gene}`, `GET /genes/{id}?node_id=` whose body is the gene itself. A hub
+that wraps it (`{"gene": {...}, "published_by"}`, this sidecar's hub before it spoke the plan) still works;
+`stbme hub` says who published a gene in the `X-Published-By` header."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ import asyncio
 import logging
 import sqlite3
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
+from urllib.parse import quote, unquote
 
 import aiohttp
 
@@ -23,14 +29,23 @@ log = logging.getLogger("stbme.hub")
 CAPABILITIES = ("remember", "recall", "reflect", "decay", "signals", "genes", "capsules")
 HEARTBEAT_TIMEOUT_S = 5.0
 ASSET_TIMEOUT_S = 10.0
-SHARED_GENE_KEYS = ("id", "name", "description", "triggers", "actions")
+SHARED_GENE_KEYS = ("id", "name", "description", "triggers", "actions", "created")
+PUBLISHED_BY = "X-Published-By"
+PUBLISHED_AT = "X-Published-At"
 
 
 def shareable_gene(raw: Any) -> dict:
-    """The parts of a gene a hub stores and serves (no usage counts, no local flags)."""
+    """The parts of a gene a hub stores and serves, in the plan's shape (no usage counts, no local flags)."""
     if not isinstance(raw, dict):
         raise BadRequest("a gene must be an object", field="gene")
     return {k: raw[k] for k in SHARED_GENE_KEYS if k in raw}
+
+
+def gene_of_answer(data: Any) -> tuple[Any, Any]:
+    """(the gene, who published it) from a hub's answer: the plan's bare gene, or a wrapped one."""
+    if isinstance(data, dict) and isinstance(data.get("gene"), dict) and "triggers" not in data:
+        return data["gene"], data.get("published_by")
+    return data, None
 
 
 class HubClient:
@@ -58,7 +73,9 @@ class HubClient:
             await self._session.close()
             self._session = None
 
-    async def _call(self, method: str, path: str, *, json: Any = None, timeout: float = ASSET_TIMEOUT_S) -> dict:
+    async def _call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+                    timeout: float = ASSET_TIMEOUT_S) -> tuple[Any, Mapping[str, str]]:
+        """(the answer's JSON, its headers); 4xx/5xx and network failures raise."""
         if not self.enabled:
             raise Conflict("the hub is off: set network.enabled, network.hub_url and network.node_id",
                            field="network.enabled")
@@ -67,17 +84,18 @@ class HubClient:
         headers = {"Authorization": f"Bearer {self.settings['network.token']}"} if self.settings["network.token"] else {}
         url = self.settings["network.hub_url"].rstrip("/") + path
         try:
-            async with self._session.request(method, url, json=json, headers=headers,
+            async with self._session.request(method, url, json=json, params=params, headers=headers,
                                              timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 try:
                     data = await resp.json(content_type=None)
                 except ValueError:
                     data = {}
+                error = data.get("error") if isinstance(data, dict) else None
                 if resp.status == 404:
-                    raise NotFound(f"hub: {data.get('error') or 'not found'}", field="id")
+                    raise NotFound(f"hub: {error or 'not found'}", field="id")
                 if resp.status >= 400:
-                    raise Unavailable(f"hub answered {resp.status}: {data.get('error') or resp.reason}")
-                return data
+                    raise Unavailable(f"hub answered {resp.status}: {error or resp.reason}")
+                return data, resp.headers
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise Unavailable(f"hub {self.settings['network.hub_url']} unreachable: "
                               f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
@@ -86,13 +104,14 @@ class HubClient:
         """Send this sidecar's stats (numbers only) and capabilities."""
         try:
             stats = await self.stats()
-            data = await self._call("POST", "/heartbeat", timeout=HEARTBEAT_TIMEOUT_S, json={
+            data, _ = await self._call("POST", "/heartbeat", timeout=HEARTBEAT_TIMEOUT_S, json={
                 "node_id": self.settings["network.node_id"], "stats": stats,
                 "capabilities": list(CAPABILITIES), "version": __version__})
         except StbmeError as exc:
             self.last_error = exc.message
             raise
         self.last_ok, self.last_error = time.time(), None
+        data = data if isinstance(data, dict) else {}
         if data.get("tasks"):
             log.info("hub sent %d tasks; this sidecar runs none (sharing only)", len(data["tasks"]))
         return data
@@ -119,10 +138,10 @@ class HubClient:
     async def publish_gene(self, gene_id: str) -> dict:
         store = self.store
         gene = await store.read(lambda conn: assets.require_gene(conn, gene_id))
-        data = await self._call("POST", "/genes", json={"node_id": self.settings["network.node_id"],
-                                                        "gene": shareable_gene(gene.to_json())})
+        data, _ = await self._call("POST", "/genes", json={"node_id": self.settings["network.node_id"],
+                                                           "gene": shareable_gene(gene.plan_json())})
         await store.write(lambda conn: record_event(conn, None, "hub_publish", asset="gene", id=gene_id))
-        return data
+        return data if isinstance(data, dict) else {}
 
     async def publish_capsule(self, capsule_id: str) -> dict:
         store = self.store
@@ -132,26 +151,33 @@ class HubClient:
             return capsule, [assets.require_gene(conn, g) for g in capsule.gene_ids]
 
         capsule, genes = await store.read(read)
-        data = await self._call("POST", "/capsules", json={
+        data, _ = await self._call("POST", "/capsules", json={
             "node_id": self.settings["network.node_id"], "capsule": capsule.to_json(),
-            "genes": [shareable_gene(g.to_json()) for g in genes]})
+            "genes": [shareable_gene(g.plan_json()) for g in genes]})
         await store.write(lambda conn: record_event(conn, None, "hub_publish", asset="capsule", id=capsule_id))
-        return data
+        return data if isinstance(data, dict) else {}
 
     async def fetch_gene(self, gene_id: str) -> dict:
         """Fetch a gene by id from the hub and install it (origin 'hub'); a local gene of that id is kept."""
-        data = await self._call("GET", f"/genes/{gene_id}")
-        gene = self._install_genes([data.get("gene")])[0]
+        data, headers = await self._call("GET", f"/genes/{quote(gene_id, safe='')}", params=self._node_param())
+        raw, published_by = gene_of_answer(data)
+        if raw is None:
+            raise NotFound(f"hub: no gene {gene_id!r}", field="id")   # the plan's hub may answer null
+        if isinstance(raw, dict) and raw.setdefault("id", gene_id) != gene_id:
+            raise Unavailable(f"hub answered gene {raw['id']!r} for {gene_id!r}")
+        gene = self._install_genes([raw])[0]
+        published_by = unquote(headers[PUBLISHED_BY]) if PUBLISHED_BY in headers else published_by
 
         def write(conn):
             _install(conn, gene)
-            record_event(conn, None, "hub_fetch", asset="gene", id=gene.id, published_by=data.get("published_by"))
+            record_event(conn, None, "hub_fetch", asset="gene", id=gene.id, published_by=published_by)
         await self.store.write(write)
         return gene.to_json()
 
     async def fetch_capsule(self, capsule_id: str) -> dict:
         """Fetch a capsule and its genes from the hub and install them."""
-        data = await self._call("GET", f"/capsules/{capsule_id}")
+        data, _ = await self._call("GET", f"/capsules/{quote(capsule_id, safe='')}", params=self._node_param())
+        data = data if isinstance(data, dict) else {}
         raw = data.get("capsule") or {}
         genes = self._install_genes(raw.get("genes") or [])
 
@@ -168,6 +194,9 @@ class HubClient:
             record_event(conn, None, "hub_fetch", asset="capsule", id=capsule.id, published_by=data.get("published_by"))
             return capsule
         return (await self.store.write(write)).to_json()
+
+    def _node_param(self) -> dict:
+        return {"node_id": self.settings["network.node_id"]}
 
     @staticmethod
     def _install_genes(raws: list) -> list[assets.Gene]:

@@ -8,7 +8,7 @@ import sqlite3
 from ..graph.changes import ChangeSet
 from ..store.events import record_event
 from . import assets, dynamics, repair
-from .stage import apply_ops
+from .actions import apply_ops
 
 
 def reflect_chat(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy: str, max_short_term: int,

@@ -1,9 +1,10 @@
 """Signal dedupe and repair loops (DNA Memory v3).
 
-- A signal at least 0.9 similar (cosine of embeddings) to a directive memory of the same type made in the
-  last hour reinforces that memory (+0.1 weight) instead of adding another.
-- Corrections or errors at least 0.85 similar and within 7 days of each other form a repair loop: the
-  model keeps making the same mistake. The loop (both memory ids, similarity, time gap) is recorded and
+- A signal more than 0.9 similar (cosine of embeddings) to a directive memory of the same type made in the
+  last hour reinforces that memory (+0.1 weight, at most 1) instead of adding another.
+- Corrections or errors more than 0.85 similar and within 7 days of each other form a repair loop: the
+  model keeps making the same mistake (the plan looks at errors only; in a roleplay the repeated mistake
+  is as often corrected as complained about). The loop (both memory ids, similarity, time gap) is recorded and
   the memories are escalated (by the `repair_loop` gene: pin, lock, raise importance).
 """
 
@@ -60,28 +61,29 @@ def load_directives(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *,
 
 
 def find_duplicate(type_: str, vector: np.ndarray, directives: list[Directive], now: float) -> tuple[Directive, float] | None:
-    """The most similar directive of the same type from the last hour at >= 0.9, if any."""
+    """The most similar directive of the same type from the last hour at > 0.9, if any (the plan's bounds,
+    both strict: created after now - 3600, similarity above 0.9)."""
     best = None
     for d in directives:
-        if d.type != type_ or now - d.created_at > DEDUPE_WINDOW_S:
+        if d.type != type_ or now - d.created_at >= DEDUPE_WINDOW_S:
             continue
         sim = cosine(vector, d.vector)
-        if sim >= DEDUPE_SIMILARITY and (best is None or sim > best[1]):
+        if sim > DEDUPE_SIMILARITY and (best is None or sim > best[1]):
             best = (d, sim)
     return best
 
 
 def find_loop_partner(type_: str, vector: np.ndarray, directives: list[Directive], now: float,
                       exclude: set[str] = frozenset()) -> tuple[Directive, float] | None:
-    """For a correction or error: the most similar correction/error of the last 7 days at >= 0.85."""
+    """For a correction or error: the most similar correction/error of the last 7 days at > 0.85."""
     if type_ not in LOOP_TYPES:
         return None
     best = None
     for d in directives:
-        if d.type not in LOOP_TYPES or d.id in exclude or now - d.created_at > LOOP_WINDOW_S:
+        if d.type not in LOOP_TYPES or d.id in exclude or now - d.created_at >= LOOP_WINDOW_S:
             continue
         sim = cosine(vector, d.vector)
-        if sim >= LOOP_SIMILARITY and (best is None or sim > best[1]):
+        if sim > LOOP_SIMILARITY and (best is None or sim > best[1]):
             best = (d, sim)
     return best
 
@@ -109,14 +111,14 @@ def loop_exists(conn: sqlite3.Connection, chat_id: str, a: str, b: str) -> bool:
 
 def scan_loops(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *, now: float) -> list[tuple[str, str, float, float]]:
     """The seed's detect_repair_loop over stored memories: pairs of corrections/errors of the last 7 days
-    at >= 0.85 not yet recorded, as (earlier id, later id, similarity, time gap)."""
+    at > 0.85 not yet recorded, as (earlier id, later id, similarity, time gap)."""
     items = [d for d in load_directives(conn, chat_id, embedder_id, since=now - LOOP_WINDOW_S)
-             if d.type in LOOP_TYPES]
+             if d.type in LOOP_TYPES and now - d.created_at < LOOP_WINDOW_S]
     found = []
     for i, later in enumerate(items):
         for earlier in items[:i]:
             sim = cosine(later.vector, earlier.vector)
-            if sim >= LOOP_SIMILARITY and not loop_exists(conn, chat_id, earlier.id, later.id):
+            if sim > LOOP_SIMILARITY and not loop_exists(conn, chat_id, earlier.id, later.id):
                 found.append((earlier.id, later.id, sim, later.created_at - earlier.created_at))
     return found
 

@@ -2,7 +2,7 @@
 
 - `prepare`: find the signals in the batch's user messages, keep those the chat's strategy remembers,
   embed them, and decide each one against the directives made before the batch: a duplicate (same type,
-  last hour, cosine >= 0.9) reinforces the old memory; otherwise the best gene (GEP scoring) says what to
+  last hour, cosine > 0.9) reinforces the old memory; otherwise the best gene (GEP scoring) says what to
   do, usually create a directive; a correction or error like one of the last 7 days is a repair loop.
 - `apply`: write those decisions through the batch's ChangeSet, so a rollback undoes them exactly.
 - `after`: corrections fix the memory they contradict (nearest neighbours that contain the corrected
@@ -31,6 +31,8 @@ from ..pipeline.batch import BaseStage, BatchContext
 from ..store import Store
 from ..store.events import record_event
 from . import assets, repair
+from .actions import apply_ops
+from .dynamics import DIRECTIVE_START_WEIGHT
 from .signals import SIGNAL_TYPES, Signal, best_per_unit, extract_signals
 from .strategy import Strategy
 
@@ -159,6 +161,7 @@ class SignalStage(BaseStage):
                                if a["op"] == "create_directive" and "importance" in a), DEFAULT_IMPORTANCE[sig.type])
             cs.insert_node(Node(
                 id=plan.node_id, chat_id=cs.chat_id, type=sig.type, fields=fields, importance=importance,
+                weight=DIRECTIVE_START_WEIGHT,
                 seq_from=sig.index, seq_to=sig.index, tags=["dna"] + (["ooc"] if sig.ooc else []),
                 embedding=np.asarray(plan.vector, dtype=np.float32), embedder=embedder_id, text_hash=text_hash(text),
                 evolution=[{"kind": "signal", "confidence": sig.confidence, "pattern": sig.pattern,
@@ -187,34 +190,6 @@ class SignalStage(BaseStage):
                 cs, directive_id=plan.node_id, wrong=plan.signal.wrong, right=plan.signal.right,
                 vector=plan.vector, before_index=plan.signal.index, update=plan.gene.has("update_target"),
                 target_ops=plan.gene.ops("target")), reason="dna:correct")
-
-
-def apply_ops(cs: ChangeSet, node_id: str, ops: list[dict]) -> None:
-    """Apply gene actions (pin, lock, reinforce, decay, importance) to one memory."""
-    node = cs.get_node(node_id)
-    if node is None:
-        return
-    changes: dict = {}
-    weight, importance = node.weight, node.importance
-    for op in ops:
-        kind = op["op"]
-        if kind == "pin":
-            changes["pinned"] = True
-        elif kind == "lock":
-            changes["locked"] = True
-        elif kind == "reinforce":
-            weight = min(1.0, weight + op.get("amount", REINFORCE_STEP))
-        elif kind == "decay":
-            weight = max(0.0, weight - op.get("amount", REINFORCE_STEP))
-        elif kind == "importance":
-            importance = max(0.0, min(10.0, importance + op.get("delta", 1.0)))
-    if weight != node.weight:
-        changes["weight"] = round(weight, 6)
-    if importance != node.importance:
-        changes["importance"] = importance
-    changes = {k: v for k, v in changes.items() if getattr(node, k) != v}
-    if changes:
-        cs.update_node(node_id, **changes)
 
 
 # -- corrections ----------------------------------------------------------------------------------------

@@ -52,6 +52,18 @@ class LLMError(StbmeError):
     status = 503
 
 
+class LLMAnswerError(LLMError):
+    """The LLM answered, but not with what was asked: no readable JSON after the retries, or a body without
+    an answer in it. (Not an outage: the model or its prompt is at fault.)"""
+
+
+def failure_kind(error: LLMError) -> str:
+    """What went wrong, in words for a notice."""
+    if isinstance(error, LLMAnswerError):
+        return "the memory LLM answered, but not with JSON the sidecar can read"
+    return "the memory LLM is unreachable"
+
+
 class LLMClient(Protocol):
     id: str
     usage: UsageMeter
@@ -100,5 +112,5 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
                 {"role": "assistant", "content": result.text[:4000]},
                 {"role": "user", "content": reminder},
             ]
-    raise LLMError(f"the LLM's answer for {task} was not JSON after {retries + 1} attempts ({why}); "
+    raise LLMAnswerError(f"the LLM's answer for {task} was not JSON after {retries + 1} attempts ({why}); "
                    "use a model that follows instructions, or raise llm.json_retries")

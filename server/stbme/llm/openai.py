@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from ..openai_http import OpenAIEndpoint
-from .base import LLMError, LLMResult, measure
+from .base import LLMAnswerError, LLMError, LLMResult, measure
 from .usage import UsageMeter
 
 log = logging.getLogger("stbme.llm")
@@ -69,7 +69,7 @@ class OpenAIChat:
             content = message.get("content")
         except (KeyError, IndexError, TypeError, AttributeError):
             error = data.get("error") if isinstance(data, dict) else None
-            raise LLMError(f"LLM API at {self.url} returned an unexpected body "
+            raise LLMAnswerError(f"LLM API at {self.url} returned an unexpected body "
                            f"({'error: ' + str(error)[:200] if error else 'no choices[0].message'})") from None
         if isinstance(content, list):  # content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))

@@ -22,7 +22,8 @@ Rules:
 - Existing memories are listed with keys M1, M2...; refer to them only by these keys. New memories get refs N1, N2...
 - Grade what happened: A = turning point (importance 8-10, always record), B = progress (5-7), C = filler (skip).
   Few high-value operations; an empty "operations" list is fine.
-- At most one event per batch; an event has a short title and a summary of at most 150 characters.
+- One event per NEW reply that moves the story (A or B), none for filler; an event has a short title and a
+  summary of at most 150 characters.
 - A character or location that already exists is UPDATED (its key), never created again. A state change
   (injury, new item, moved, new goal) is an update of the state/inventory/goal fields; give "source" = the
   ref or key of the event that caused it.
@@ -59,9 +60,20 @@ Answer JSON: {"selected": ["R3", "R1"]} (keys, most useful first).""",
 }
 
 
-def system_prompt(task: str, setting: Callable[[str], object], language: str) -> str:
-    """The system message of a task: marker, the user's override or the default, the chat's language."""
+EVOLVE_WITH_EXTRACTION = """Evolution: when a memory you create changes how an existing memory should be understood (a
+revealed identity re-colours earlier motives; a discovered property changes a place), add to that create operation:
+ "evolve": {"should_evolve": true, "reason": "...", "suggested_connections": ["M2", "N1"],
+  "neighbor_updates": [{"nodeId": "M2", "newContext": "how it reads now", "newTags": ["tag"]}]}
+Connections may name existing memories (M keys) or other new ones (N refs). Only real changes; do not force links."""
+
+
+def system_prompt(task: str, setting: Callable[[str], object], language: str, appendix: str = "") -> str:
+    """The system message of a task: marker, the user's override or the default, a fixed appendix (schema,
+    extra duties), the chat's language. Nothing in it changes from call to call within a chat, so it is the
+    prompt prefix an API can cache."""
     override = str(setting(f"prompts.{task}") or "").strip()
     body = override or DEFAULTS[task]
     lang = LANGUAGES.get(language, language)
-    return f"[stbme:{task}]\n{body}\nWrite all memory text in {lang}, the language of the chat. Keys stay as given."
+    extra = f"\n{appendix}" if appendix else ""
+    return (f"[stbme:{task}]\n{body}{extra}\n"
+            f"Write all memory text in {lang}, the language of the chat. Keys stay as given.")

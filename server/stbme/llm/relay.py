@@ -4,6 +4,10 @@ connected ST extension, which runs it on the user's current SillyTavern connecti
 Protocol (docs/api.md, live channel):
   server -> client  {"type": "relay_request", "id", "task", "messages": [{role, content}], "max_tokens"}
   client -> server  {"type": "relay_response", "id", "text"}  or  {"type": "relay_response", "id", "error"}
+
+A request goes to one client session (the newest relay client) under an unguessable id; only that session's
+answer resolves it. An answer from any other session is rejected and logged: the chat's text and the
+memories the answer would write belong to the client that was asked.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 from typing import Callable
 
 from .base import LLMError, LLMResult, measure
@@ -27,7 +32,6 @@ class RelayChannel:
     def __init__(self):
         self._peers: dict[int, Send] = {}
         self._order = itertools.count(1)
-        self._ids = itertools.count(1)
         self._pending: dict[str, tuple[int, asyncio.Future]] = {}
         self.on_connect: list[Callable[[], None]] = []
 
@@ -52,13 +56,20 @@ class RelayChannel:
                 fut.set_exception(LLMError("the SillyTavern extension disconnected before answering the relayed "
                                            "LLM request; it will be retried"))
 
-    def resolve(self, message: dict) -> bool:
-        """Feed a `relay_response` from a client. Unknown or late ids are ignored (False)."""
+    def resolve(self, message: dict, peer: int | None) -> bool:
+        """Feed a `relay_response` from the client session `peer` (None: a client that is not a relay
+        peer). Unknown or late ids are ignored, an answer from another session than the one asked is
+        rejected and logged (False)."""
         req_id = str(message.get("id", ""))
         entry = self._pending.get(req_id)
         if entry is None or entry[1].done():
+            log.info("relay answer to an unknown or finished request ignored")
             return False
-        fut = entry[1]
+        owner, fut = entry
+        if peer != owner:
+            log.warning("relay answer rejected: it came from another client session than the one the request "
+                        "was sent to (peer %s, expected %s)", peer, owner)
+            return False
         if isinstance(message.get("error"), str) and message["error"]:
             fut.set_exception(LLMError(f"SillyTavern could not run the relayed LLM request: {message['error'][:300]}"))
         elif isinstance(message.get("text"), str):
@@ -73,7 +84,7 @@ class RelayChannel:
                            "SillyTavern with the ST-BME extension enabled (the job is parked and resumes when it "
                            "connects), or set llm.mode to openai")
         peer = max(self._peers)
-        req_id = f"r{next(self._ids)}"
+        req_id = secrets.token_urlsafe(18)
         fut = asyncio.get_running_loop().create_future()
         self._pending[req_id] = (peer, fut)
         try:

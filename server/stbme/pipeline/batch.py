@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from ..config import Settings
 from ..graph.changes import ChangeSet
 from ..live import LiveHub
-from ..llm.base import LLMError
+from ..llm.base import LLMError, failure_kind
 from ..llm.health import LLMHealth
 from ..store import Store
 from ..store.queries import message_count
@@ -77,8 +77,16 @@ class BatchContext:
     runner: "BatchRunner"
     data: dict[str, Any] = dataclasses.field(default_factory=dict)   # stage-to-stage hand-over
     degraded: str | None = None      # why the LLM stages were skipped, if they were
+    # First message the batch's changes derive from: `start`, or earlier when the LLM extraction read the
+    # messages since its previous run (journaled so, an edit of any of them undoes this batch).
+    journal_from: int | None = None
     created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
     touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
+
+    @property
+    def msg_range(self) -> tuple[int, int]:
+        """The message range the batch's changes are journaled with."""
+        return (self.start if self.journal_from is None else min(self.journal_from, self.start), self.end)
 
     def skip_llm(self, error: LLMError) -> None:
         """An LLM task of this batch failed and was skipped: the batch will be redone when the LLM answers."""
@@ -90,7 +98,7 @@ class BatchContext:
         batch meanwhile. (Not the revision: an edit of a later, unprocessed message leaves the batch valid.)"""
         def run(conn: sqlite3.Connection):
             _check_committed(conn, self)
-            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=(self.start, self.end))
+            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=self.msg_range)
             result = fn(cs)
             return result, cs.touched_nodes
 
@@ -182,7 +190,7 @@ class BatchRunner:
 
             def commit(conn: sqlite3.Connection):
                 _check_current(conn, ctx)
-                cs = ChangeSet(conn, chat_id, reason="batch", msg_range=(ctx.start, ctx.end))
+                cs = ChangeSet(conn, chat_id, reason="batch", msg_range=ctx.msg_range)
                 for stage in active:
                     cs.reason = stage.name
                     stage.apply(ctx, cs)
@@ -211,7 +219,8 @@ class BatchRunner:
         its heuristic memories and directives, and the batch is redone once the LLM answers again."""
         degrade = ctx.setting("llm.degrade_when_down")
         if degrade and self.llm_health.down():
-            ctx.degraded = "the LLM failed moments ago"  # do not wait on it again for every batch
+            # Do not wait on it again for every batch.
+            what, ctx.degraded = "the memory LLM is paused", "it failed moments ago; it is tried again later"
         else:
             try:
                 for stage in stages:
@@ -221,12 +230,12 @@ class BatchRunner:
                 if not degrade:
                     raise
                 self.llm_health.mark_down()
-                ctx.degraded = exc.message
+                what, ctx.degraded = failure_kind(exc), exc.message
         active = [s for s in stages if not getattr(s, "needs_llm", False)]
         ctx.data.clear()
+        ctx.journal_from = None
         for stage in active:
             await stage.prepare(ctx)
-        self.live.notice("warning", f"the memory LLM is unreachable ({ctx.degraded}); messages "
-                         f"{ctx.start}-{ctx.end} got memories without it, and will be redone when it answers",
-                         ctx.chat_id)
+        self.live.notice("warning", f"{what} ({ctx.degraded}); messages {ctx.start}-{ctx.end} got memories "
+                         "without it, and will be redone when it works again", ctx.chat_id)
         return active

@@ -1,19 +1,26 @@
-"""A-MEM evolution (after the batch committed and its memories are embedded): each new LLM memory is
-shown with its nearest older memories; ONE call for the batch answers, per new memory, should_evolve,
-suggested_connections and neighbor_updates (new context, new tags), as in the A-MEM contract.
+"""A-MEM evolution (seed 000): a new memory re-reads related old memories; where it changes how one should be
+understood, that memory gets new context and tags (and an evolution history entry), and the two are linked.
 
-Better than the original: neighbours are named by keys that map only to the neighbours shown for that
-memory (the original accepted any id, so it could rewrite unrelated memories); new context goes into
-a `context` field instead of overwriting the memory's summary or state; locked memories are never
-rewritten. Each change re-embeds the memory, appends to its evolution history and writes an audit
-event. Writes go through ctx.write: journaled with the batch's message range, undone by a rollback.
-A failed call degrades (logged + notice): the batch's memories stay.
+Two ways to ask, one way to apply:
+- `evolve.mode = with_extraction` (default): the extraction call already shows the LLM the existing memories
+  relevant to the new messages; its answer carries, per created memory, the same decision the seed asks for
+  (`should_evolve`, `reason`, `suggested_connections`, `neighbor_updates`). No extra call.
+- `evolve.mode = separate`: after the batch is committed and embedded, each new memory is shown with its
+  nearest memories by vector (any other active memory, the batch's own new ones included) and ONE call for
+  the batch answers per memory.
+
+Better than the original: keys map only to memories that were shown (an invented or mistyped key changes
+nothing); new context goes into a `context` field instead of overwriting the summary or state; locked memories
+are never rewritten. Every change re-embeds the memory, appends to its history and writes an audit event;
+connections are events too. Writes are journaled with the batch's message range, so a rollback undoes them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,14 +35,101 @@ from .prompting import KeyMap, LLMStage, as_list, memory_line, norm_key
 
 log = logging.getLogger("stbme.evolve")
 MAX_NEW = 6
+MAX_CONTEXT_CHARS = 600
+MAX_TAGS = 8
+HISTORY_KEPT = 20
+_DECISION_KEYS = ("should_evolve", "neighbor_updates", "suggested_connections", "shouldEvolve", "neighborUpdates")
+
+
+@dataclasses.dataclass
+class EvolutionCounts:
+    """The seed's per-run figures: decisions to evolve, links made, memories updated."""
+    evolved: int = 0
+    connections: int = 0
+    updates: int = 0
+
+    def __iadd__(self, other: "EvolutionCounts") -> "EvolutionCounts":
+        self.evolved += other.evolved
+        self.connections += other.connections
+        self.updates += other.updates
+        return self
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _first(data: dict, *names: str) -> Any:
+    return next((data[n] for n in names if n in data and data[n] is not None), None)
+
+
+def decisions_of(value: Any) -> list[dict]:
+    """The decisions in an evolution answer: the seed's single object, a list, or {"results": [...]}."""
+    if isinstance(value, dict) and any(k in value for k in _DECISION_KEYS):
+        return [value]
+    return [d for d in as_list(value, "results", "evolutions", "memories", "decisions") if isinstance(d, dict)]
+
+
+def apply_evolution(cs: ChangeSet, new_id: str, decision: dict, resolve: Callable[[Any], str | None]) -> EvolutionCounts:
+    """Apply one memory's decision. `resolve(key)` maps a key the LLM used to a memory it was shown (None for
+    anything else). Accepts the seed's names (nodeId, newContext, newTags) and ours (key, new_context, new_tags)."""
+    counts = EvolutionCounts()
+    if not (decision.get("should_evolve") or decision.get("shouldEvolve")):
+        return counts
+    counts.evolved = 1
+    reason = str(decision.get("reason") or "")[:300]
+    now_ms = int(time.time() * 1000)
+    connections = _first(decision, "suggested_connections", "suggestedConnections", "connections") or []
+    for key in connections if isinstance(connections, list) else []:
+        target = resolve(key)
+        if target and target != new_id and cs.get_node(target) is not None:
+            edge = cs.add_edge(new_id, target, "related", Strength.EVOLVED)
+            if edge is not None:
+                counts.connections += 1
+                record_event(cs.conn, cs.chat_id, "evolve_link", from_id=new_id, to_id=target, edge_id=edge.id,
+                             reason=reason)
+    updates = _first(decision, "neighbor_updates", "neighborUpdates") or []
+    for update in updates if isinstance(updates, list) else []:
+        if not isinstance(update, dict):
+            continue
+        target = resolve(_first(update, "key", "nodeId", "node_id", "id"))
+        node = cs.get_node(target) if target else None
+        if node is None or node.archived or node.locked or node.id == new_id:
+            continue
+        context = _first(update, "new_context", "newContext")
+        tags = _first(update, "new_tags", "newTags")
+        fields, new_tags = dict(node.fields), list(node.tags)
+        if isinstance(context, str) and context.strip() and context.strip() != fields.get("context"):
+            fields["context"] = context.strip()[:MAX_CONTEXT_CHARS]
+        if isinstance(tags, list):
+            clean = list(dict.fromkeys(str(t).strip()[:64] for t in tags
+                                       if isinstance(t, (str, int)) and not isinstance(t, bool) and str(t).strip()))
+            if clean:
+                new_tags = clean[:MAX_TAGS]
+        if fields == node.fields and new_tags == node.tags:
+            continue
+        # The seed's history entry {triggeredBy, timestamp (ms), reason}, plus what changed.
+        history = list(node.evolution) + [{"triggered_by": new_id, "timestamp": now_ms, "reason": reason,
+                                           "context": fields.get("context"), "tags": new_tags}]
+        cs.update_node(node.id, fields=fields, tags=new_tags, embedding=None, evolution=history[-HISTORY_KEPT:])
+        record_event(cs.conn, cs.chat_id, "evolve", node_id=node.id, triggered_by=new_id, reason=reason)
+        counts.updates += 1
+    return counts
+
+
+def add_counts(ctx: BatchContext, counts: EvolutionCounts) -> None:
+    """Keep the batch's evolution figures for its progress message."""
+    total = ctx.data.setdefault("evolution", EvolutionCounts())
+    total += counts
 
 
 class EvolveStage(LLMStage):
+    """evolve.mode = separate: one call per batch, after the new memories are embedded."""
+
     name = "evolve"
 
     async def after(self, ctx: BatchContext) -> None:
-        created = [n for n in ctx.data.get("llm_created", [])]
-        if not created or not ctx.setting("evolve.enabled"):
+        created = list(ctx.data.get("llm_created", []))
+        if not created or not ctx.setting("evolve.enabled") or ctx.setting("evolve.mode") != "separate":
             return
         rows = await self.store.read(lambda conn: nodes_by_ids(
             conn, ctx.chat_id, created, where="AND archived = 0 AND embedding IS NOT NULL"))
@@ -45,8 +139,9 @@ class EvolveStage(LLMStage):
         plan: dict[str, tuple[str, dict[str, str]]] = {}
         lines = []
         for i, node in enumerate(new_nodes, 1):
+            # Any other active memory may be a neighbour, the batch's own new ones included (seed 000).
             near = await self.nearest(ctx, np.asarray(node.embedding), ctx.setting("evolve.neighbors"),
-                                 exclude=set(created), min_similarity=ctx.setting("evolve.min_similarity"))
+                                      exclude={node.id}, min_similarity=ctx.setting("evolve.min_similarity"))
             if not near:
                 continue
             shown = {keys.add(n.id): n.id for n, _ in near}
@@ -62,53 +157,21 @@ class EvolveStage(LLMStage):
         except LLMError as exc:
             self.skip(ctx, exc, "memory evolution")
             return
-        results = as_list(value, "results", "evolutions", "memories")
-        if len(plan) == 1 and len(results) == 1 and isinstance(results[0], dict) and "new" not in results[0]:
-            results[0]["new"] = next(iter(plan))  # the seed's single-memory shape
-        decisions = []
-        for result in results:
-            if not isinstance(result, dict) or not result.get("should_evolve"):
-                continue
-            entry = plan.get(norm_key(result.get("new") or result.get("node_id") or result.get("id")))
+        decisions = decisions_of(value)
+        if len(plan) == 1 and len(decisions) == 1 and "new" not in decisions[0]:
+            decisions[0] = {**decisions[0], "new": next(iter(plan))}  # the seed's single-memory answer
+        chosen = []
+        for decision in decisions:
+            entry = plan.get(norm_key(_first(decision, "new", "node_id", "nodeId", "id")))
             if entry is not None:
-                decisions.append((entry, result))
-        if decisions:
-            await ctx.write(lambda cs: apply_evolution(cs, decisions), "evolve")
+                chosen.append((entry, decision))
+        if not chosen:
+            return
 
+        def write(cs: ChangeSet) -> EvolutionCounts:
+            counts = EvolutionCounts()
+            for (new_id, shown), decision in chosen:
+                counts += apply_evolution(cs, new_id, decision, lambda key, shown=shown: shown.get(norm_key(key)))
+            return counts
 
-def apply_evolution(cs: ChangeSet, decisions) -> int:
-    """Links to real neighbour ids, context and tag updates, history and audit events. Returns changes."""
-    changes = 0
-    now = time.time()
-    for (new_id, shown), result in decisions:
-        reason = str(result.get("reason") or "")[:300]
-        connections = result.get("suggested_connections") or result.get("connections") or []
-        for key in connections if isinstance(connections, list) else []:
-            target = shown.get(norm_key(key))
-            if target and cs.get_node(target) is not None and cs.add_edge(new_id, target, "related", Strength.EVOLVED):
-                changes += 1
-        updates = result.get("neighbor_updates") or []
-        for update in updates if isinstance(updates, list) else []:
-            if not isinstance(update, dict):
-                continue
-            target = shown.get(norm_key(update.get("key") or update.get("nodeId") or update.get("id")))
-            node = cs.get_node(target) if target else None
-            if node is None or node.archived or node.locked:
-                continue
-            context = update.get("new_context", update.get("newContext"))
-            tags = update.get("new_tags", update.get("newTags"))
-            fields, new_tags = dict(node.fields), list(node.tags)
-            if isinstance(context, str) and context.strip() and context.strip() != fields.get("context"):
-                fields["context"] = context.strip()[:600]
-            if isinstance(tags, list):
-                clean = list(dict.fromkeys(str(t).strip()[:64] for t in tags if isinstance(t, (str, int)) and str(t).strip()))
-                if clean:
-                    new_tags = clean[:8]
-            if fields == node.fields and new_tags == node.tags:
-                continue
-            history = list(node.evolution) + [{"triggered_by": new_id, "at": now, "reason": reason,
-                                               "context": fields.get("context"), "tags": new_tags}]
-            cs.update_node(node.id, fields=fields, tags=new_tags, embedding=None, evolution=history[-20:])
-            record_event(cs.conn, cs.chat_id, "evolve", node_id=node.id, triggered_by=new_id, reason=reason)
-            changes += 1
-    return changes
+        add_counts(ctx, await ctx.write(write, "evolve"))

@@ -5,46 +5,58 @@ Why keep the heuristic events in LLM mode: they are the raw episodic layer (ever
 its words), they cost no tokens, and recall keeps working when the LLM is down. The LLM adds the
 abstractions: who is who, where, what changed, what rules hold.
 
-prepare: one LLM call with the context turns, the new messages (reasoning blocks removed), the existing
-  relevant memories under short keys, and the schema; the answer is parsed tolerantly into operations.
-apply:   the operations in the batch transaction (journaled with the batch's message range).
+The LLM reads several replies at once: a batch is one assistant message (its per-message memories are made
+at once), and the extraction runs when `extract.llm_every` replies have come since its last run, or earlier
+on a plot turn (the smart trigger), over all of them. Its changes are journaled with that whole range, so an
+edit of any message it read undoes it (store/journal.py moves the cut back to the range's start).
+
+prepare: one LLM call with the context turns, the new messages (reasoning blocks removed) and the existing
+  relevant memories under short keys; the schema and the duties (A-MEM evolution, pipeline/evolve.py) are in
+  the fixed system prompt; the answer is parsed tolerantly into operations (pipeline/operations.py).
+apply:   the operations in the batch transaction.
 A failed extraction fails the batch: the job is retried with backoff and then parked with its error;
 nothing of the batch is written, so a retry later extracts exactly what a first success would have.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import re
-from typing import Any
-
-import orjson
 
 from ..graph.changes import ChangeSet
-from ..graph.model import Node, field_text, new_id, node_from_row
-from ..graph.schema import NODE_TYPES, RELATIONS, Strength
+from ..graph.model import field_text, node_from_row
+from ..graph.schema import NODE_TYPES
+from ..llm.prompts import EVOLVE_WITH_EXTRACTION
+from ..patterns import matches, split_patterns
 from ..store.events import record_event
+from ..store.queries import chat_row
 from ..tokens import truncate_to_tokens
 from .batch import BatchContext, batch_end
-from .prompting import KeyMap, LLMStage, as_list, chat_language, clean_fields, memory_line, norm_key
+from .evolve import EvolutionCounts
+from .operations import CREATABLE, NAMED_TYPES, OpApplier, parse_operations
+from .prompting import KeyMap, LLMStage, chat_language, memory_line
 from .sync import Message, load_messages
 
 log = logging.getLogger("stbme.extract")
-CREATABLE = ("event", "character", "location", "rule", "thread")
-NAMED_TYPES = ("character", "location", "entity")
-MAX_OPS = 24
 MAX_MESSAGE_TOKENS = 1500
 # Smart trigger (ST-BME §2.1): plot-turn words, Chinese and English.
 TURN_WORDS = ("突然", "原来", "其实", "发现", "背叛", "死亡", "复活", "失忆", "恢复记忆", "坦白", "暴露", "秘密", "计划",
               "规则", "契约", "地点", "离开", "到达", "suddenly", "turns out", "actually", "discover", "betray",
               "died", "revive", "confess", "secret", "plan", "rule", "contract", "arrive", "leave")
 _ENTITY_LIKE = re.compile(r"\b[A-Z][a-z]{2,}\b|[\u4e00-\u9fff]{2,6}(?:先生|小姐|王国|城|村|学院|公司|小队|军团)")
-_OP_ALIASES = {"create": "create", "add": "create", "new": "create", "insert": "create",
-               "update": "update", "edit": "update", "modify": "update", "merge": "update",
-               "delete": "delete", "remove": "delete", "archive": "delete"}
-_ID_KEYS = ("id", "key", "nodeId", "node_id", "target_node_id", "targetNodeId", "target")
-_LINK_TARGET_KEYS = ("target", "targetNodeId", "target_node_id", "targetRef", "target_ref", "to", "id", "ref", "key")
+
+
+
+def _schema() -> str:
+    lines = ["Memory types (* = required):"]
+    for name in CREATABLE:
+        spec = NODE_TYPES[name]
+        lines.append(f"{name}: " + ", ".join(c + ("*" if c in spec.required else "") for c in spec.columns
+                                              if c != "speaker"))
+    return "\n".join(lines)
+
+
+SCHEMA_APPENDIX = _schema()  # fixed: part of the cacheable system prompt, not of each call's content
 
 
 def strip_tags(text: str, tags: str) -> str:
@@ -62,14 +74,8 @@ def smart_score(messages: list[Message], patterns: str) -> int:
     text = "\n".join(m.text for m in messages if m.role != "system")
     low = text.lower()
     score = min(2, sum(1 for w in TURN_WORDS if w in low))
-    for pattern in re.split(r"[,\n]", patterns or ""):
-        if pattern.strip():
-            try:
-                if re.search(pattern.strip(), text, re.I):
-                    score += 2
-                    break
-            except re.error:
-                continue
+    if any(matches(pattern, text) for pattern in split_patterns(patterns or "")):  # RE2: no backtracking blow-up
+        score += 2
     roles = [m.role for m in messages if m.role != "system"]
     if sum(1 for a, b in zip(roles, roles[1:]) if a != b) >= 2:
         score += 1
@@ -80,85 +86,45 @@ def smart_score(messages: list[Message], patterns: str) -> int:
     return score
 
 
-def parse_operations(value: Any) -> list[dict]:
-    """Operations from a tolerant reading of the answer (container keys, aliases, a lone operation)."""
-    raw = as_list(value, "operations", "ops", "nodes", "items", "entries", "memories", "results", "data", "actions")
-    ops = []
-    for item in raw[:MAX_OPS]:
-        if not isinstance(item, dict):
-            continue
-        action = str(item.get("op") or item.get("operation") or item.get("action") or "").strip().lower()
-        action = _OP_ALIASES.get(action, "")
-        target = next((item[k] for k in _ID_KEYS if k in item and norm_key(item[k])), None)
-        if not action:
-            action = "update" if target and norm_key(target) and norm_key(target)[0] == "M" else "create"
-        type_ = str(item.get("type") or item.get("node_type") or "").strip().lower()
-        fields = dict(item.get("fields")) if isinstance(item.get("fields"), dict) else {}
-        spec = NODE_TYPES.get(type_)
-        if spec:  # schema columns given at the top level belong in fields
-            for column in spec.columns:
-                if column in item and column not in fields and column != "type":
-                    fields[column] = item[column]
-        links = item.get("links") or item.get("relations") or item.get("edges") or []
-        ops.append({
-            "op": action, "type": type_, "fields": fields, "ref": norm_key(item.get("ref")),
-            "target": norm_key(target) if action != "create" else None,
-            "importance": item.get("importance"),
-            "tags": item.get("tags") or item.get("clusters") or [],
-            "source": norm_key(item.get("source") or item.get("sourceNodeId") or item.get("source_node_id")
-                               or item.get("sourceRef")),
-            "links": [_parse_link(link) for link in links if isinstance(link, dict)][:12]
-            if isinstance(links, list) else [],
-        })
-    return ops
-
-
-def _parse_link(link: dict) -> dict:
-    target = next((link[k] for k in _LINK_TARGET_KEYS if k in link and norm_key(link[k])), None)
-    relation = str(link.get("relation") or link.get("type") or "related").strip().lower()
-    action = str(link.get("action") or "").lower()
-    try:
-        strength = float(link.get("strength", Strength.LINK))
-    except (TypeError, ValueError):
-        strength = Strength.LINK
-    return {"target": norm_key(target), "relation": relation if relation in RELATIONS else "related",
-            "strength": strength, "remove": bool(link.get("remove")) or action in ("remove", "unlink", "invalidate")}
-
-
-def _importance(value: Any, default: float) -> float:
-    try:
-        return max(1.0, min(10.0, float(value)))
-    except (TypeError, ValueError):
-        return default
-
-
 class ExtractStage(LLMStage):
     name = "extract"
 
     # -- batch boundaries ---------------------------------------------------------------------------
     def batch_end(self, messages: list[Message], every: int, setting) -> int | None:
-        """One group of `extract.every` assistant messages; earlier when the smart trigger fires."""
-        end = batch_end(messages, every, single_group=True)
-        if every > 1 and setting("extract.smart_trigger"):
-            threshold, patterns = setting("extract.smart_threshold"), setting("extract.trigger_patterns")
-            for i, msg in enumerate(messages):
-                if end is not None and msg.index >= end:
-                    break
-                if msg.role == "assistant" and smart_score(messages[:i + 1], patterns) >= threshold:
-                    return msg.index
-        return end
+        """Exactly one group of `extract.every` assistant messages: batch boundaries depend on the messages
+        alone, never on how many were pending, so a replay after a rollback cuts the same batches."""
+        return batch_end(messages, every, single_group=True)
+
+    def _due(self, pending: list[Message], setting) -> bool:
+        """Is the LLM extraction due over the messages since its last run? After `extract.llm_every`
+        assistant messages, or earlier when the smart trigger scores them as an important turn."""
+        every = setting("extract.llm_every")
+        if sum(m.role == "assistant" for m in pending) >= every:
+            return True
+        return every > 1 and setting("extract.smart_trigger") and smart_score(
+            pending, setting("extract.trigger_patterns")) >= setting("extract.smart_threshold")
 
     # -- prepare: the LLM call ------------------------------------------------------------------
     async def prepare(self, ctx: BatchContext) -> None:
+        """One call over every message since the LLM's last run, when that is due (the per-message memories
+        are made for every batch meanwhile)."""
+        ctx.data["extract"] = None
+        llm_upto = await self.store.read(lambda conn: chat_row(conn, ctx.chat_id)["llm_upto"])
+        llm_from = min(llm_upto + 1, ctx.start)
+        pending = ctx.messages if llm_from == ctx.start else await self.store.read(
+            lambda conn: load_messages(conn, ctx.chat_id, llm_from, ctx.end))
+        if not self._due(pending, ctx.setting):
+            return
+        ctx.journal_from = llm_from
+        ctx.data["llm_range"] = (llm_from, ctx.end)
         exclude = ctx.setting("extract.exclude_tags")
         turns = ctx.setting("extract.context_turns")
-        first = max(0, ctx.start - 2 * turns)
+        first = max(0, llm_from - 2 * turns)
         context = await self.store.read(
-            lambda conn: load_messages(conn, ctx.chat_id, first, ctx.start - 1)) if ctx.start > first else []
-        new_msgs = [(m, strip_tags(m.text, exclude)) for m in ctx.messages if m.role != "system"]
+            lambda conn: load_messages(conn, ctx.chat_id, first, llm_from - 1)) if llm_from > first else []
+        new_msgs = [(m, strip_tags(m.text, exclude)) for m in pending if m.role != "system"]
         new_msgs = [(m, t) for m, t in new_msgs if t]
         if not new_msgs:
-            ctx.data["extract"] = None
             return
         new_text = "\n".join(t for _, t in new_msgs)
         language = chat_language([new_text])
@@ -170,21 +136,21 @@ class ExtractStage(LLMStage):
             who = f"{m.role} {m.name}".strip()
             return f"#{m.index} [{who}]: {truncate_to_tokens(text, MAX_MESSAGE_TOKENS)}"
 
-        parts = []
+        parts = ["## Existing memories", *(shown or ["(none yet)"]), ""]
         ctx_lines = [line(m, strip_tags(m.text, exclude)) for m in context if m.role != "system"
                      and strip_tags(m.text, exclude)]
         if ctx_lines:
             parts += ["## Earlier messages (context only, already remembered)", *ctx_lines, ""]
-        parts += ["## NEW messages (extract from these)", *(line(m, t) for m, t in new_msgs), ""]
-        parts += ["## Existing memories", *(shown or ["(none yet)"]), ""]
-        parts += ["## Memory types (* = required)"]
-        for name in CREATABLE:
-            spec = NODE_TYPES[name]
-            cols = ", ".join(c + ("*" if c in spec.required else "") for c in spec.columns if c != "speaker")
-            parts.append(f"{name}: {cols}")
+        parts += ["## NEW messages (extract from these)", *(line(m, t) for m, t in new_msgs)]
+        evolve = ctx.setting("evolve.enabled") and ctx.setting("evolve.mode") == "with_extraction"
         value, _ = await self.ask(ctx, "extract", "\n".join(parts), language=language,
-                             retries=ctx.setting("llm.json_retries") + 1)
-        ctx.data["extract"] = {"ops": parse_operations(value), "keys": keys}
+                                  retries=ctx.setting("llm.json_retries") + 1,
+                                  appendix=SCHEMA_APPENDIX + ("\n" + EVOLVE_WITH_EXTRACTION if evolve else ""))
+        ops = parse_operations(value)
+        if not evolve:
+            for op in ops:
+                op["evolve"] = None
+        ctx.data["extract"] = {"ops": ops, "keys": keys}
 
     async def _existing(self, ctx: BatchContext, text: str, keys: KeyMap) -> list[str]:
         """Memories the LLM should know: named ones the new text mentions, then the nearest by meaning."""
@@ -214,6 +180,8 @@ class ExtractStage(LLMStage):
 
     # -- apply: the operations in the batch transaction -------------------------------------------
     def apply(self, ctx: BatchContext, cs: ChangeSet) -> None:
+        if ctx.data.get("llm_range"):  # the LLM has read through this batch
+            cs.conn.execute("UPDATE chats SET llm_upto = ? WHERE chat_id = ?", (ctx.end, ctx.chat_id))
         plan = ctx.data.get("extract")
         if not plan:
             return
@@ -221,8 +189,10 @@ class ExtractStage(LLMStage):
         applier.run(plan["ops"])
         ctx.data["llm_created"] = applier.created
         ctx.data["llm_touched"] = applier.touched
-        record_event(cs.conn, ctx.chat_id, "extract", msg_range=[ctx.start, ctx.end], ops=len(plan["ops"]),
-                     created=len(applier.created), updated=len(applier.updated), skipped=applier.skipped)
+        evolution = ctx.data.get("evolution") or EvolutionCounts()
+        record_event(cs.conn, ctx.chat_id, "extract", msg_range=list(ctx.msg_range), ops=len(plan["ops"]),
+                     created=len(applier.created), updated=len(applier.updated), skipped=applier.skipped,
+                     evolution=evolution.to_json())
 
 
 def _mentions(key: str, folded_text: str) -> bool:
@@ -231,211 +201,3 @@ def _mentions(key: str, folded_text: str) -> bool:
     if key.isascii():
         return re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", folded_text) is not None
     return True
-
-
-class OpApplier:
-    """Applies parsed operations: creates (latest-only types merged by name), updates with state-change
-    events, deletes (archive), links; contradictions invalidate the old fact."""
-
-    def __init__(self, ctx: BatchContext, cs: ChangeSet, keys: KeyMap):
-        self.ctx, self.cs, self.keys = ctx, cs, keys
-        self.refs: dict[str, str] = {}
-        self.created: list[str] = []
-        self.updated: list[str] = []
-        self.touched: list[str] = []
-        self.skipped = 0
-        self.language = ctx.data.get("language", "en")
-        self._removed_pairs: set[frozenset] = set()
-
-    def resolve(self, key: str | None) -> str | None:
-        if not key:
-            return None
-        node_id = self.refs.get(key) or self.keys.resolve(key)
-        if node_id is None:
-            return None
-        node = self.cs.get_node(node_id)
-        return node_id if node is not None and not node.archived else None
-
-    def run(self, ops: list[dict]) -> None:
-        pending_links: list[tuple[str, dict]] = []
-        for op in ops:
-            if op.get("_skip"):
-                self.skipped += 1
-                continue
-            node_id = {"create": self._create, "update": self._update, "delete": self._delete}[op["op"]](op)
-            if node_id is None:
-                continue
-            if op["op"] != "delete":
-                if node_id not in self.touched:
-                    self.touched.append(node_id)
-                pending_links += [(node_id, link) for link in op["links"]]
-        for from_id, link in pending_links:
-            self._link(from_id, link)
-        self._default_edges()
-
-    def _touch(self, node_id: str) -> None:
-        if node_id not in self.updated and node_id not in self.created:
-            self.updated.append(node_id)
-
-    def _find_named(self, type_: str, name: str) -> Node | None:
-        family = (type_, "entity") if type_ in ("character", "location") else (type_,)
-        rows = self.cs.conn.execute(
-            f"SELECT * FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN ({','.join('?' * len(family))})"
-            " ORDER BY coalesce(seq_to, -1) DESC, fields, id", (self.cs.chat_id, *family)).fetchall()
-        key = name.casefold().strip()
-        matches = [node_from_row(r) for r in rows if field_text(orjson_fields(r).get("name")).casefold() == key]
-        matches.sort(key=lambda n: n.type != type_)  # the same type before an entity anchor
-        return matches[0] if matches else None
-
-    def _create(self, op: dict) -> str | None:
-        type_ = op["type"]
-        spec = NODE_TYPES.get(type_)
-        if type_ not in CREATABLE or spec is None:
-            self.skipped += 1
-            return None
-        if op.get("_merge_into"):  # dedupe decided: this corrects or completes an existing memory
-            node_id = self._merge(op["_merge_into"], op["fields"], op, state_event=False)
-            if node_id and op["ref"]:
-                self.refs[op["ref"]] = node_id
-            return node_id
-        fields = clean_fields(spec.columns, op["fields"])
-        if type_ == "event" and not fields.get("title") and fields.get("summary"):
-            fields["title"] = fields["summary"][:24]
-        if any(not field_text(fields.get(r)) for r in spec.required):
-            self.skipped += 1
-            return None
-        if spec.latest_only and fields.get("name"):
-            existing = self._find_named(type_, fields["name"])
-            if existing is not None:
-                if existing.type != type_ and not existing.locked:  # an entity anchor learns its type
-                    self.cs.update_node(existing.id, type=type_)
-                node_id = self._merge(existing.id, fields, op, state_event=False)
-                if op["ref"]:
-                    self.refs[op["ref"]] = node_id
-                return node_id
-        tags = [str(t)[:64] for t in op["tags"] if isinstance(t, (str, int))][:8] if isinstance(op["tags"], list) else []
-        node = self.cs.insert_node(Node(
-            id=new_id("n"), chat_id=self.cs.chat_id, type=type_, fields=fields,
-            importance=_importance(op["importance"], 5.0), seq_from=self.ctx.start, seq_to=self.ctx.end,
-            tags=tags, source="llm"))
-        self.created.append(node.id)
-        if op["ref"]:
-            self.refs[op["ref"]] = node.id
-        return node.id
-
-    def _update(self, op: dict) -> str | None:
-        target = op.get("_target_id") or self.resolve(op["target"])
-        if target is None or self.cs.get_node(target) is None:
-            self.skipped += 1
-            return None
-        return self._merge(target, op["fields"], op, state_event=True)
-
-    def _merge(self, target: str, raw_fields: dict, op: dict, *, state_event: bool) -> str | None:
-        node = self.cs.get_node(target)
-        if node is None or node.archived:
-            self.skipped += 1
-            return None
-        if node.locked:  # locked memories are never rewritten
-            self.skipped += 1
-            return node.id
-        spec = NODE_TYPES.get(node.type)
-        fields = clean_fields(spec.columns if spec else tuple(raw_fields), raw_fields)
-        diffs = [(k, field_text(node.fields.get(k)), field_text(v)) for k, v in fields.items()
-                 if field_text(node.fields.get(k)) != field_text(v) and k not in ("name",)]
-        changes: dict[str, Any] = {}
-        if diffs:
-            changes["fields"] = {**node.fields, **{k: fields[k] for k, _, _ in diffs}}
-            changes["embedding"] = None
-        seq_from = self.ctx.start if node.seq_from is None else min(node.seq_from, self.ctx.start)
-        seq_to = self.ctx.end if node.seq_to is None else max(node.seq_to, self.ctx.end)
-        if diffs or (seq_from, seq_to) != (node.seq_from, node.seq_to):
-            changes.update(seq_from=seq_from, seq_to=seq_to)
-        if op.get("importance") is not None:
-            importance = _importance(op["importance"], node.importance)
-            if importance != node.importance:
-                changes["importance"] = importance
-        if changes:
-            self.cs.update_node(target, **changes)
-            self._touch(target)
-        if not state_event:
-            return target
-        # A state change: old "updates" edges into the target stop being current.
-        source = self.resolve(op.get("source"))
-        for row in self.cs.conn.execute(
-                "SELECT id, from_id, relation FROM edges WHERE chat_id = ? AND to_id = ? AND invalid_at IS NULL"
-                " AND (relation = 'updates' OR (relation = 'temporal_update' AND from_id = ?))",
-                (self.cs.chat_id, target, source or "")).fetchall():
-            if diffs or row["relation"] == "temporal_update":
-                self.cs.invalidate_edge(row["id"])
-        if source and source != target:
-            self.cs.add_edge(source, target, "temporal_update", Strength.TEMPORAL)
-        if diffs:
-            label = node.label
-            zh = self.language == "zh"
-            empty = "空" if zh else "(empty)"
-            changed = "; ".join(f"{k}: {a or empty} -> {b or empty}" for k, a, b in diffs[:3])
-            event = self.cs.insert_node(Node(
-                id=new_id("n"), chat_id=self.cs.chat_id, type="event",
-                fields={"title": f"{label} 状态更新" if zh else f"{label}: state update",
-                        "summary": (f"{node.type} 状态更新：" if zh else f"{node.type} state update: ") + changed,
-                        "participants": [label], "status": "resolved"},
-                importance=max(4.0, min(8.0, node.importance)), seq_from=self.ctx.start, seq_to=self.ctx.end,
-                source="llm"))
-            self.created.append(event.id)
-            self.cs.add_edge(event.id, target, "updates", Strength.STATE_CHANGE)
-        return target
-
-    def _delete(self, op: dict) -> str | None:
-        target = self.resolve(op["target"])
-        node = self.cs.get_node(target) if target else None
-        if node is None or node.locked or node.pinned:
-            self.skipped += 1
-            return None
-        self.cs.update_node(target, archived=True)
-        record_event(self.cs.conn, self.cs.chat_id, "archive", node_id=target, reason="extraction deleted it")
-        return target
-
-    def _link(self, from_id: str, link: dict) -> None:
-        to_id = self.resolve(link["target"])
-        if to_id is None or to_id == from_id:
-            return
-        if link["remove"]:
-            self._removed_pairs.add(frozenset((from_id, to_id)))
-            for row in self.cs.conn.execute(
-                    "SELECT id FROM edges WHERE chat_id = ? AND invalid_at IS NULL AND relation = ? AND"
-                    " ((from_id = ? AND to_id = ?) OR (from_id = ? AND to_id = ?))",
-                    (self.cs.chat_id, link["relation"], from_id, to_id, to_id, from_id)).fetchall():
-                self.cs.invalidate_edge(row["id"])
-            return
-        self.cs.add_edge(from_id, to_id, link["relation"], max(0.05, min(1.0, link["strength"])))
-        if link["relation"] == "contradicts":
-            self._invalidate_fact(to_id, from_id)
-
-    def _invalidate_fact(self, old_id: str, new_id_: str) -> None:
-        """The contradicted fact stops being current: archived (restorable; the inhibitory edge keeps the
-        history). Characters and places are not facts; locked and pinned memories stay."""
-        node = self.cs.get_node(old_id)
-        if node is None or node.archived or node.locked or node.pinned or node.type in NAMED_TYPES:
-            return
-        if old_id in self.created or old_id in self.touched:
-            return  # both sides new in this batch: keep both, the LLM was unsure
-        self.cs.update_node(old_id, archived=True)
-        record_event(self.cs.conn, self.cs.chat_id, "contradicted", node_id=old_id, by=new_id_)
-
-    def _default_edges(self) -> None:
-        """New and updated memories of one batch belong together: weak `related` edges between pairs
-        that have no edge yet (ST-BME's default batch edges), over the first few."""
-        nodes = [n for n in self.touched if self.cs.get_node(n) and not self.cs.get_node(n).archived][:6]
-        for a, b in itertools.combinations(nodes, 2):
-            if frozenset((a, b)) in self._removed_pairs:
-                continue
-            exists = self.cs.conn.execute(
-                "SELECT 1 FROM edges WHERE chat_id = ? AND invalid_at IS NULL AND"
-                " ((from_id = ? AND to_id = ?) OR (from_id = ? AND to_id = ?)) LIMIT 1",
-                (self.cs.chat_id, a, b, b, a)).fetchone()
-            if not exists:
-                self.cs.add_edge(a, b, "related", Strength.BATCH)
-
-
-def orjson_fields(row) -> dict:
-    return orjson.loads(row["fields"])

@@ -130,20 +130,40 @@ class _Graph:
             "SELECT idx FROM mentions WHERE chat_id = ? AND name_key = ? ORDER BY idx", (self.cs.chat_id, key))]
 
 
+def _speaker_text_names(msg: Message) -> tuple[str, str, list[str]] | None:
+    """A message's speaker, cleaned text and the other names it mentions; None for what is not remembered
+    (system and hidden messages, empty text)."""
+    if msg.role == "system":
+        return None
+    text = clean_text(msg.text)
+    if not text:
+        return None
+    speaker = msg.name.strip() or ("User" if msg.role == "user" else "Narrator")
+    return speaker, text, sorted(candidate_names(text) - {speaker})
+
+
+def record_mentions(conn: sqlite3.Connection, chat_id: str, messages: list[Message]) -> None:
+    """The mentions processing would have recorded for these messages (for memories restored from an
+    export: later messages then find the names that recur, as after a fresh ingest)."""
+    rows = []
+    for msg in messages:
+        parts = _speaker_text_names(msg)
+        if parts is not None:
+            rows += [(chat_id, _name_key(name), msg.index) for name in parts[2]]
+    conn.executemany("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx) VALUES (?,?,?)", rows)
+
+
 def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: int) -> int:
     """Write heuristic memories for messages (in index order) into the change set. Returns events made."""
     graph = _Graph(cs)
     made = 0
     for msg in messages:
-        if msg.role == "system":
+        parts = _speaker_text_names(msg)
+        if parts is None:
             continue
-        text = clean_text(msg.text)
-        if not text:
-            continue
-        speaker = msg.name.strip() or ("User" if msg.role == "user" else "Narrator")
+        speaker, text, mentioned = parts
         speaker_id = graph.named_node(speaker, "character")
         previous = graph.last_event_before(msg.index)
-        mentioned = sorted(candidate_names(text) - {speaker})
         folded = text.casefold()
         known = sorted(key for key in graph.named if key != _name_key(speaker) and _mentions(key, folded))
         participants = [speaker] + [n for n in mentioned if graph.named.get(_name_key(n))]

@@ -2,7 +2,7 @@
 synopsis, reflections, and hierarchical compression of old LLM events, threads and reflections.
 
 Cadences count assistant messages, not runs: maintenance runs when a batch crosses a multiple of
-`N x extract.every` assistant messages. That is "every N extractions", derived from the chat itself,
+`N x extract.llm_every` assistant messages. That is "every N extractions", derived from the chat itself,
 so a replay after a rollback runs the same maintenance at the same places (no counter to undo).
 Every write goes through ctx.write (journaled with the batch's range). A failed task degrades: logged,
 noticed, the other tasks still run.
@@ -41,10 +41,13 @@ class MaintainStage(LLMStage):
     name = "maintain"
 
     async def after(self, ctx: BatchContext) -> None:
-        every = ctx.setting("extract.every")
+        if not ctx.data.get("llm_range"):
+            return  # maintenance follows the LLM extraction's runs
+        llm_from, _ = ctx.data["llm_range"]
+        every = ctx.setting("extract.llm_every")
         before, through = await self.store.read(lambda conn: tuple(conn.execute(
             "SELECT count(*) FILTER (WHERE idx < ?), count(*) FROM messages WHERE chat_id = ? AND role = 'assistant'"
-            " AND idx <= ?", (ctx.start, ctx.chat_id, ctx.end)).fetchone()))
+            " AND idx <= ?", (llm_from, ctx.chat_id, ctx.end)).fetchone()))
 
         def due(name: str) -> bool:
             n = ctx.setting(name)
@@ -187,7 +190,8 @@ class MaintainStage(LLMStage):
 
         def write(cs: ChangeSet):
             node = cs.insert_node(Node(id=new_id("n"), chat_id=cs.chat_id, type="reflection", fields=fields,
-                                       importance=importance, seq_from=ctx.start, seq_to=ctx.end, source="llm"))
+                                       importance=importance, seq_from=ctx.msg_range[0], seq_to=ctx.end,
+                                       source="llm"))
             for event_id in recent:
                 if cs.get_node(event_id) is not None:
                     cs.add_edge(node.id, event_id, "evolves", Strength.REFLECTION)

@@ -134,9 +134,9 @@ class LLMStage(BaseStage):
         self.live = live
 
     async def ask(self, ctx: BatchContext, task: str, user: str, *, language: str, retries: int | None = None,
-                  max_tokens: int | None = None) -> tuple[Any, Usage]:
-        """One JSON task: system prompt (override-aware), user content, repair, retry."""
-        messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language)},
+                  max_tokens: int | None = None, appendix: str = "") -> tuple[Any, Usage]:
+        """One JSON task: system prompt (override-aware, with a fixed appendix), user content, repair, retry."""
+        messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language, appendix)},
                     {"role": "user", "content": user}]
         retries = ctx.setting("llm.json_retries") if retries is None else retries
         value, usage = await complete_json(self.llm, messages, task=task, retries=retries,

@@ -97,14 +97,33 @@ def stored_turn_vectors(conn, chat_id: str, turns: list[dict], embedder_id: str)
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
 
 
-def _fetch(conn, chat_id: str, ids: list[str]):
+def greeting_in_prompt(conn, chat_id: str, tokens: int) -> int:
+    """How many leading messages (the greeting: every message before the user's first) are certainly in
+    the prompt: all of them while the whole chat fits in `tokens`, as SillyTavern drops the oldest messages
+    only when the context is full; else 0. Hidden messages are not sent and do not count."""
+    if tokens <= 0:
+        return 0
+    used, greeting, length = 0, None, 0
+    for idx, role, text in conn.execute("SELECT idx, role, text FROM messages WHERE chat_id = ? ORDER BY idx",
+                                        (chat_id,)):
+        length = idx + 1
+        if role == "user" and greeting is None:
+            greeting = idx
+        if role != "system":
+            used += count_tokens(text)
+            if used > tokens:
+                return 0
+    return length if greeting is None else greeting  # no user message yet: it is all greeting
+
+
+def _fetch(conn, chat_id: str, ids: list[str], prompt_tokens: int):
     # Two index-served queries, not one with OR (which would read the whole chat).
     core = conn.execute(
         f"SELECT {_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
         f" ({','.join('?' * len(CORE_TYPES))}) UNION SELECT {_COLUMNS} FROM nodes WHERE chat_id = ?"
         " AND pinned = 1 AND archived = 0", (chat_id, *CORE_TYPES, chat_id)).fetchall()
     rows = nodes_by_ids(conn, chat_id, ids, columns=_COLUMNS, where="AND archived = 0")
-    return core, rows, message_count(conn, chat_id)
+    return core, rows, message_count(conn, chat_id), greeting_in_prompt(conn, chat_id, prompt_tokens)
 
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,
@@ -140,7 +159,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     lex_hits = (await indexes.lexical.get(chat_id)).search(lex_text, k) if lex_text.strip() else []
     result = rank(
         vec_hits, lex_hits, await store.read(lambda conn: _fetch(conn, chat_id, list(
-            dict.fromkeys([n for n, _ in vec_hits] + [n for n, _ in lex_hits])))),
+            dict.fromkeys([n for n, _ in vec_hits] + [n for n, _ in lex_hits])), settings("recall.in_prompt_tokens"))),
         settings=settings, max_memories=q.max_memories + (settings("recall.rerank_pool") if reranker else 0),
         vectors=lambda ids: hnsw.vectors([i for i in ids if i in hnsw]) if hnsw else None)
     if reranker is not None:
@@ -198,10 +217,10 @@ def _row_has_content(row) -> bool:
 def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=None) -> list[Scored]:
     """Fuse the rankings, gate weak matches, add importance and recency; core memories first.
     Scores come from the raw rows; Node objects are built only for the memories that can make the cut."""
-    core_rows, rows, length = fetched
+    core_rows, rows, length, greeting = fetched
     by_id = {r["id"]: r for r in rows}
-    # Memories of the last N messages are still in the prompt. A chat with no synced messages (an
-    # import into a new chat) has nothing in the prompt to skip.
+    # Memories of messages still in the prompt are not injected again: the last N messages, and a short
+    # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
     exclude_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
     w_vec, w_lex = settings("recall.vector_weight"), settings("recall.lexical_weight")
     w_imp, w_rec = settings("recall.importance_weight"), settings("recall.recency_weight")
@@ -226,7 +245,7 @@ def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=No
         row = by_id.get(node_id)
         if row is None or row["pinned"] or row["type"] in CORE_TYPES:
             continue
-        if row["seq_from"] is not None and row["seq_from"] >= exclude_from:
+        if row["seq_from"] is not None and (row["seq_from"] >= exclude_from or row["seq_to"] < greeting):
             continue  # still in the prompt's chat history
         sim, lex = sims.get(node_id, 0.0), bm25.get(node_id, 0.0)
         if (sim < min_sim and lex < min_bm25) or not _row_has_content(row):

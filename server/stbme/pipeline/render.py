@@ -10,10 +10,12 @@ from ..graph.model import Node, field_text
 from ..graph.schema import NODE_TYPES
 from ..tokens import count_tokens, fit_tokens
 
-SECTION_ORDER = ("directives", "rules", "state", "episodic", "reflective", "other")
+# Pinned memories first (the user chose them), then the user's directives and the story's rules.
+SECTION_ORDER = ("pinned", "directives", "rules", "state", "episodic", "reflective", "other")
 HEADINGS = {
     "en": {
         "title": "[Long-term memory of this story: background for continuity. Use what fits; do not repeat it verbatim.]",
+        "pinned": "## Pinned memories",
         "directives": "## User directives (follow these)",
         "rules": "## Rules and constraints",
         "state": "## Characters, places and things",
@@ -24,6 +26,7 @@ HEADINGS = {
     },
     "zh": {
         "title": "[本故事的长期记忆：用于保持前后连贯的背景。按需使用，不要逐字复述。]",
+        "pinned": "## 置顶记忆",
         "directives": "## 用户指示（请遵守）",
         "rules": "## 规则与约束",
         "state": "## 人物、地点与事物",
@@ -46,8 +49,11 @@ def detect_language(texts: list[str]) -> str:
 
 
 def section_of(node: Node) -> str:
+    """The block section a memory goes in: pinned ones first, except directives, which keep their
+    "follow these" heading."""
     spec = NODE_TYPES.get(node.type)
-    return spec.section if spec else "other"
+    section = spec.section if spec else "other"
+    return "pinned" if node.pinned and section != "directives" else section
 
 
 def render_line(node: Node, lang: str) -> str:

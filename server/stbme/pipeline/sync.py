@@ -120,16 +120,8 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
         stored_length = min(stored_length, cut)
     if diverged is not None:
         prev_chain = stored[diverged - 1][1] if diverged > 0 else ""
-        rows = []
-        for msg in req.messages:
-            if msg.index < diverged:
-                continue
-            prev_chain = chain_hash(prev_chain, msg.hash)
-            rows.append((chat_id, msg.index, msg.hash, prev_chain, msg.role, msg.name, msg.text, msg.swipe_id,
-                         msg.send_date))
-        conn.executemany("INSERT INTO messages (chat_id, idx, hash, chain, role, name, text, swipe_id, send_date)"
-                         " VALUES (?,?,?,?,?,?,?,?,?)", rows)
-        stored_length = max(stored_length, diverged + len(rows))
+        added = store_messages(conn, chat_id, [m for m in req.messages if m.index >= diverged], prev_chain)
+        stored_length = max(stored_length, diverged + added)
     conn.execute("UPDATE chats SET processed_upto = ?, updated_at = ? WHERE chat_id = ?",
                  (processed_upto, time.time(), chat_id))
 
@@ -144,6 +136,24 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
                       queued, rolled_back, touched)
 
 
+def store_messages(conn: sqlite3.Connection, chat_id: str, messages: list[Message], prev_chain: str) -> int:
+    """Insert contiguous messages after the stored ones (`prev_chain`: the chain of the message before the
+    first, '' at index 0), with their hashes and prefix chains. Returns how many."""
+    rows = []
+    for msg in messages:
+        prev_chain = chain_hash(prev_chain, msg.hash)
+        rows.append((chat_id, msg.index, msg.hash, prev_chain, msg.role, msg.name, msg.text, msg.swipe_id,
+                     msg.send_date))
+    conn.executemany("INSERT INTO messages (chat_id, idx, hash, chain, role, name, text, swipe_id, send_date)"
+                     " VALUES (?,?,?,?,?,?,?,?,?)", rows)
+    return len(rows)
+
+
+def stored_chains(conn: sqlite3.Connection, chat_id: str) -> list[str]:
+    """The prefix chain of every stored message of the chat, in order."""
+    return [r[0] for r in conn.execute("SELECT chain FROM messages WHERE chat_id = ? ORDER BY idx", (chat_id,))]
+
+
 def undo_memories_from(conn: sqlite3.Connection, chat_id: str, index: int, *, reason: str):
     """Undo every memory change derived from messages >= index (whole batches), so processing starts
     again where the first undone batch started. Returns the undo and the new processed_upto."""
@@ -155,8 +165,9 @@ def undo_memories_from(conn: sqlite3.Connection, chat_id: str, index: int, *, re
     # stay marked.
     conn.execute("UPDATE chats SET processed_upto = min(processed_upto, ?), revision = revision + 1,"
                  " degraded_from = CASE WHEN degraded_from >= ? THEN NULL ELSE degraded_from END,"
-                 " unfinished_from = CASE WHEN unfinished_from >= ? THEN NULL ELSE unfinished_from END"
-                 " WHERE chat_id = ?", (processed_upto, restart, restart, chat_id))
+                 " unfinished_from = CASE WHEN unfinished_from >= ? THEN NULL ELSE unfinished_from END,"
+                 " llm_upto = min(llm_upto, ?) WHERE chat_id = ?",
+                 (processed_upto, restart, restart, processed_upto, chat_id))
     record_event(conn, chat_id, "rollback", diverged_at=index, entries=undo.entries, batches=undo.batches,
                  reprocess_from=restart, reason=reason)
     return undo, processed_upto

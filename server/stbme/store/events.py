@@ -15,12 +15,24 @@ def record_event(conn: sqlite3.Connection, chat_id: str | None, kind: str, /, **
 
 
 def list_events(conn: sqlite3.Connection, *, chat_id: str | None = None, kind: str | None = None,
-                since: float | None = None, limit: int = 100, oldest_first: bool = False) -> list[dict]:
-    """Events matching every filter given, newest first (or oldest first)."""
+                since: float | None = None, limit: int = 100, oldest_first: bool = False,
+                after_id: int | None = None) -> list[dict]:
+    """Events matching every filter given, newest first (or oldest first; `after_id` pages through them)."""
     order = "ASC" if oldest_first else "DESC"
     rows = conn.execute(
         "SELECT id, chat_id, at, kind, data FROM events WHERE (? IS NULL OR chat_id = ?) AND"
-        f" (? IS NULL OR kind = ?) AND (? IS NULL OR at >= ?) ORDER BY id {order} LIMIT ?",
-        (chat_id, chat_id, kind, kind, since, since, limit)).fetchall()
+        f" (? IS NULL OR kind = ?) AND (? IS NULL OR at >= ?) AND (? IS NULL OR id > ?) ORDER BY id {order} LIMIT ?",
+        (chat_id, chat_id, kind, kind, since, since, after_id, after_id, limit)).fetchall()
     return [{"id": r["id"], "at": r["at"], "chat_id": r["chat_id"], "kind": r["kind"], "data": orjson.loads(r["data"])}
             for r in rows]
+
+
+def has_event(conn: sqlite3.Connection, chat_id: str | None, at: float, kind: str, data: str) -> bool:
+    """Whether this exact event is recorded already (an import of the same log twice adds nothing)."""
+    return conn.execute("SELECT 1 FROM events WHERE kind = ? AND at = ? AND data = ? AND chat_id IS ? LIMIT 1",
+                        (kind, at, data, chat_id)).fetchone() is not None
+
+
+def insert_event(conn: sqlite3.Connection, chat_id: str | None, at: float, kind: str, data: str) -> None:
+    """An event from elsewhere (an imported log), with its own time; `data` is its JSON."""
+    conn.execute("INSERT INTO events (chat_id, at, kind, data) VALUES (?,?,?,?)", (chat_id, at, kind, data))

@@ -14,6 +14,7 @@ class JobState(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"   # parked after its last attempt; requeued when the cause may be gone
+    CANCELLED = "cancelled"  # stopped by its owner (Authority jobs); never claimed again unless requeued
 
 
 class JobKind(enum.StrEnum):
@@ -54,8 +55,10 @@ def claim_next_job(conn: sqlite3.Connection, busy_chats: set[str]) -> dict | Non
 
 
 def finish_job(conn: sqlite3.Connection, job_id: int, state: JobState, error: str | None = None) -> None:
-    conn.execute("UPDATE jobs SET state = ?, error = ?, updated_at = ? WHERE id = ?",
-                 (state, error, time.time(), job_id))
+    """Record the outcome of a running job. A job no longer running (cancelled meanwhile, or settled by
+    its own handler) keeps the state it has."""
+    conn.execute("UPDATE jobs SET state = ?, error = ?, updated_at = ? WHERE id = ? AND state = ?",
+                 (state, error, time.time(), job_id, JobState.RUNNING))
 
 
 def requeue_interrupted(conn: sqlite3.Connection) -> int:

@@ -39,12 +39,22 @@ def rollback_from(conn: sqlite3.Connection, chat_id: str, index: int, bump_rev) 
     """Undo every journaled change derived from a message range that reaches `index` or beyond.
 
     A batch that started before `index` is undone whole (it read the changed messages), so the
-    result says where processing must start again. `bump_rev()` gives a fresh node revision.
+    result says where processing must start again. And since processing restarts there, every change
+    derived from a range reaching that earlier message is undone too (an LLM extraction covers several
+    earlier batches): the cut moves back until no kept change reads a message at or after it.
+    `bump_rev()` gives a fresh node revision.
     """
+    cut = index
+    while True:
+        earliest = conn.execute("SELECT min(msg_from) FROM journal WHERE chat_id = ? AND msg_to >= ?",
+                                (chat_id, cut)).fetchone()[0]
+        if earliest is None or earliest >= cut:
+            break
+        cut = earliest
     rows = conn.execute(
         "SELECT id, batch, msg_from, tbl, row_id, before, before_vec FROM journal"
         " WHERE chat_id = ? AND msg_to >= ? ORDER BY id DESC",
-        (chat_id, index),
+        (chat_id, cut),
     ).fetchall()
     result = Rollback()
     if not rows:
@@ -78,3 +88,11 @@ def rollback_from(conn: sqlite3.Connection, chat_id: str, index: int, bump_rev) 
     result.batches = len(batches)
     result.reprocess_from = min(result.reprocess_from, index)
     return result
+
+
+def inserted_ranges(conn: sqlite3.Connection, chat_id: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """(table, row id) -> the message range of the journal entry that inserted the row: what each
+    message-derived node and edge of the chat came from (manual ones have none)."""
+    return {(r[0], r[1]): (r[2], r[3]) for r in conn.execute(
+        "SELECT tbl, row_id, msg_from, msg_to FROM journal WHERE chat_id = ? AND before IS NULL"
+        " AND tbl IN ('nodes', 'edges')", (chat_id,))}

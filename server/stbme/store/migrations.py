@@ -221,10 +221,13 @@ def m004_degraded_batches(conn: sqlite3.Connection) -> None:
 
 
 @migration
-def m005_unfinished_batches(conn: sqlite3.Connection) -> None:
+def m005_unfinished_batches_and_llm_cursor(conn: sqlite3.Connection) -> None:
     # First message of a committed batch whose follow-up work (embedding, evolution, maintenance) has not
     # finished: a crash or a failure left it half-done, so it is undone and redone before anything else.
     conn.execute("ALTER TABLE chats ADD COLUMN unfinished_from INTEGER")
+    # Last message the LLM extraction has read: it runs once per extract.llm_every assistant messages over
+    # everything after this one, while the per-message memories are made for every batch.
+    conn.execute("ALTER TABLE chats ADD COLUMN llm_upto INTEGER NOT NULL DEFAULT -1")
 
 
 @hub_migration

@@ -5,18 +5,22 @@ from __future__ import annotations
 from typing import Callable
 
 from ..embed import EmbeddingService
-from ..errors import NotFound
+from .. import config
+from ..errors import Conflict, NotFound
 from ..index import ChatIndexes
 from ..store import Store
-from ..store.jobs import chat_jobs, enqueue_job, JobKind
+from ..store.jobs import JobKind, chat_jobs, enqueue_job, has_open_job
 from ..store.queries import (count_active_nodes, count_unembedded, delete_chat_rows, list_chats, message_count,
                              require_chat)
+from .progress import ProgressTracker
 
 
 class Chats:
-    def __init__(self, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes,
-                 wake_worker: Callable[[], None]):
+    def __init__(self, store: Store, settings: config.Settings, embeddings: EmbeddingService, indexes: ChatIndexes,
+                 wake_worker: Callable[[], None], progress: ProgressTracker):
         self.store = store
+        self.settings = settings
+        self.progress = progress
         self.embeddings = embeddings
         self.indexes = indexes
         self.wake_worker = wake_worker
@@ -41,6 +45,7 @@ class Chats:
             }
 
         status = await self.store.read(read)
+        status["progress"] = await self.progress.chat(chat_id)
         index = self.indexes.vectors.loaded(chat_id)
         status["index"] = {"count": len(index) if index else None, "embedder": embedder_id,
                            "loaded": index is not None}
@@ -54,6 +59,25 @@ class Chats:
         for forget in self.on_delete:
             forget(chat_id)
         return {"deleted": {"messages": counts["messages"], "nodes": counts["nodes"], "edges": counts["edges"]}}
+
+    async def process_now(self, chat_id: str) -> dict:
+        """Queue the processing of every stored message not yet turned into memories (if any), and say how far
+        it is. The worker runs it; progress goes to the live channel and the chat status."""
+        if not self.settings.get("extract.enabled", chat_id):
+            raise Conflict("memory extraction is off for this chat (extract.enabled): turn it on first",
+                           field="extract.enabled")
+
+        def queue(conn):
+            chat = require_chat(conn, chat_id)
+            if chat["processed_upto"] >= message_count(conn, chat_id) - 1 or has_open_job(conn, chat_id):
+                return False
+            enqueue_job(conn, chat_id, JobKind.PROCESS)
+            return True
+
+        queued = await self.store.write(queue)
+        if queued:
+            self.wake_worker()
+        return {"queued": queued, "progress": await self.progress.chat(chat_id)}
 
     async def queue_reindex(self, chat_id: str) -> int:
         """Queue a rebuild of the chat's indexes; the worker runs it and reports progress."""

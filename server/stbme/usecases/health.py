@@ -12,11 +12,14 @@ from ..store.migrations import schema_version
 from ..store.queries import store_counts
 from .embedding import Embedding
 from .memory_llm import MemoryLLM
+from .progress import ProgressTracker
 
 
 class Health:
-    def __init__(self, store: Store, embedding: Embedding, memory_llm: MemoryLLM, live: LiveHub):
+    def __init__(self, store: Store, embedding: Embedding, memory_llm: MemoryLLM, live: LiveHub,
+                 progress: ProgressTracker):
         self.store = store
+        self.progress = progress
         self.embedding = embedding
         self.memory_llm = memory_llm
         self.live = live
@@ -33,6 +36,7 @@ class Health:
             "store": {"path": str(self.store.path), "chats": info["chats"], "nodes": info["nodes"],
                       "schema_version": info["schema_version"]},
             "queue": info["queue"],
+            "progress": self.progress.working(),
             "live_clients": self.live.clients,
             "llm": self.memory_llm.status(),
             "uptime_s": round(time.time() - self.started_at, 1),

@@ -3,7 +3,6 @@ the LLM was down once it answers again."""
 
 from __future__ import annotations
 
-import time
 from typing import Awaitable, Callable
 
 from .. import config
@@ -20,9 +19,10 @@ from ..pipeline.maintain import MaintainStage
 from ..pipeline.sync import undo_memories_from
 from ..store import Store
 from ..store.jobs import queue_degraded_chats, requeue_parked
-from ..store.queries import chat_row
+from ..store.queries import chat_row, message_count
 from .embedding import EMBED_ROUND, Embedding
 from .memory_llm import MemoryLLM
+from .progress import ProgressTracker
 
 
 def default_stages(*, llm_mode: str, store: Store, embeddings: EmbeddingService, llm: LLMClient,
@@ -40,8 +40,9 @@ def default_stages(*, llm_mode: str, store: Store, embeddings: EmbeddingService,
 
 class ChatProcessor:
     def __init__(self, store: Store, settings: config.Settings, embedding: Embedding, memory_llm: MemoryLLM,
-                 live: LiveHub, wake_worker: Callable[[], None]):
+                 live: LiveHub, wake_worker: Callable[[], None], progress: ProgressTracker):
         self.store = store
+        self.progress = progress
         self.settings = settings
         self.embedding = embedding
         self.memory_llm = memory_llm
@@ -66,8 +67,21 @@ class ChatProcessor:
         Without an LLM no stage reads the new memories' vectors, so every pending batch is extracted
         first (the whole chat is keyword-searchable at once), then embedded newest first, a round at a
         time, extracting newly synced messages between rounds."""
+        def position(conn):
+            row = chat_row(conn, chat_id)
+            return (row["processed_upto"] + 1 if row else 0), message_count(conn, chat_id)
+
+        self.progress.started(chat_id, *await self.store.read(position))
+        try:
+            batches = await self._process(chat_id)
+        except BaseException:
+            self.progress.stopped(chat_id)
+            raise
+        await self.progress.finished(chat_id)
+        return batches
+
+    async def _process(self, chat_id: str) -> int:
         batches = 0
-        started = time.monotonic()
         # A batch a crash or a failure left half-done is undone first and runs again below.
         await self._undo_from(chat_id, "unfinished_from", "an unfinished batch is redone")
         redo_tried = False
@@ -85,7 +99,9 @@ class ChatProcessor:
                         continue
                     return batches
                 batches += 1
-                self.live.progress("extract", chat_id, ctx.end + 1, ctx.total_messages, started)
+                evolution = ctx.data.get("evolution")
+                await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
+                                               **({"evolution": evolution.to_json()} if evolution else {}))
 
     async def _redo_degraded(self, chat_id: str) -> bool:
         """Batches made while the LLM was down are undone (exactly, from the journal) and processed

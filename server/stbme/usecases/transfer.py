@@ -1,58 +1,72 @@
-"""Export a chat's memories, and import ours or the original ST-BME extension's graph exports."""
+"""Export a chat's memories (with its messages), and import ours or the original ST-BME extension's graph
+exports."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
+from .. import config
 from ..errors import BadRequest, StbmeError
-from ..graph.changes import ChangeSet, ensure_chat
 from ..graph.model import edge_from_row, node_from_row
 from ..index import ChatIndexes
 from ..interop import formats
+from ..interop.restore import write_import
 from ..live import LiveHub
+from ..pipeline.sync import load_messages
 from ..store import Store
-from ..store.events import record_event
-from ..store.queries import chat_graph, clear_chat_memories, message_count
+from ..store.journal import inserted_ranges
+from ..store.queries import chat_graph, chat_row
 from .embedding import Embedding
 
 IMPORT_MODES = ("merge", "replace")
+EXPORT_FORMATS = ("stbme", "st-bme")
 
 
 class Transfer:
-    def __init__(self, store: Store, indexes: ChatIndexes, embedding: Embedding, live: LiveHub):
+    def __init__(self, store: Store, settings: config.Settings, indexes: ChatIndexes, embedding: Embedding,
+                 live: LiveHub, wake_worker: Callable[[], None]):
         self.store = store
+        self.settings = settings
         self.indexes = indexes
         self.embedding = embedding
         self.live = live
+        self.wake_worker = wake_worker
 
-    async def export_chat(self, chat_id: str) -> dict:
-        nodes, edges = await self.store.read(lambda conn: chat_graph(conn, chat_id))
-        return formats.export_document(chat_id, [node_from_row(r) for r in nodes], [edge_from_row(r) for r in edges])
+    async def export_chat(self, chat_id: str, fmt: str = "stbme") -> dict:
+        """The chat's memories in our format, with its messages and what each memory was made from (so an
+        import can tie them to the chat again: interop/restore.py), or (fmt "st-bme") as a graph the
+        original extension loads."""
+        if fmt not in EXPORT_FORMATS:
+            raise BadRequest(f"'format' must be one of {', '.join(EXPORT_FORMATS)}", field="format")
+
+        def read(conn):
+            nodes, edges = chat_graph(conn, chat_id)
+            chat = chat_row(conn, chat_id)
+            snapshot = None
+            if chat is not None:
+                # A batch left unfinished is not part of what was processed.
+                done = chat["processed_upto"] if chat["unfinished_from"] is None else chat["unfinished_from"] - 1
+                snapshot = formats.ChatSnapshot(load_messages(conn, chat_id, 0), done, chat["degraded_from"],
+                                                inserted_ranges(conn, chat_id), min(chat["llm_upto"], done))
+            return nodes, edges, snapshot
+
+        nodes, edges, snapshot = await self.store.read(read)
+        nodes, edges = [node_from_row(r) for r in nodes], [edge_from_row(r) for r in edges]
+        if fmt == "st-bme":
+            return formats.to_stbme_extension(nodes, edges, snapshot.processed_upto if snapshot else -1)
+        return formats.export_document(chat_id, nodes, edges, snapshot)
 
     async def import_chat(self, chat_id: str, doc: Any, mode: str = "merge",
                           progress: Callable[[int, int], None] | None = None) -> dict:
         if mode not in IMPORT_MODES:
             raise BadRequest("'mode' must be merge or replace", field="mode")
         graph = formats.convert(doc, chat_id)
-
-        def write(conn):
-            ensure_chat(conn, chat_id)
-            if mode == "replace":
-                length = message_count(conn, chat_id)
-                upto = length - 1 if graph.processed_upto is None else min(graph.processed_upto, length - 1)
-                clear_chat_memories(conn, chat_id, upto)
-            cs = ChangeSet(conn, chat_id, reason="import")
-            for node in graph.nodes:
-                cs.insert_node(node)
-            for edge in graph.edges:
-                cs.insert_edge(edge)
-            record_event(conn, chat_id, "import", mode=mode, nodes=len(graph.nodes), edges=len(graph.edges))
-
-        await self.store.write(write)
+        extract = self.settings.get("extract.enabled", chat_id)
+        result = await self.store.write(lambda conn: write_import(conn, chat_id, graph, mode, extract_enabled=extract))
         self.indexes.drop(chat_id)
         started = time.monotonic()
-        total = len(graph.nodes)
+        total = result.nodes
 
         def report(done: int) -> None:
             self.live.progress("import", chat_id, done, total, started)
@@ -64,4 +78,8 @@ class Transfer:
         except StbmeError as exc:
             self.live.notice("warning", f"imported, but embedding failed ({exc.message}); "
                              "memories are found by keywords until it works again", chat_id)
-        return {"imported": {"nodes": len(graph.nodes), "edges": len(graph.edges)}, "skipped": graph.skipped[:100]}
+        if result.queued:
+            self.wake_worker()
+        return {"imported": {"nodes": result.nodes, "edges": result.edges}, "skipped": graph.skipped[:100],
+                "tied_upto": result.tied_upto, "restored_messages": result.restored_messages,
+                "left_for_processing": result.stale}

@@ -427,6 +427,33 @@ test("Text completion: a chat generation that starts during a relayed request wa
     }
 });
 
+test("'Remember this chat's history now' processes an old chat and shows its progress", async () => {
+    const OLD = 'Elena - old history';
+    const history = Array.from({ length: 30 }, (_, i) => ({
+        name: i % 2 ? 'Elena' : 'You', is_user: i % 2 === 0, is_system: false, send_date: 'June 1, 2024 9:05am',
+        mes: i % 2 ? `Day ${i}: the caravan reached well number ${i}, and Elena marked it on the map.` : `What happened on day ${i}?`,
+        swipe_id: 0, extra: {},
+    }));
+    // An old chat whose history the sidecar stores but has not turned into memories yet.
+    await api('PUT', `/v1/chats/${enc(OLD)}/settings`, { settings: { 'extract.enabled': false } });
+    await page.evaluate(([id, messages]) => { window.stHost.chatFiles[id] = messages; }, [OLD, history]);
+    await page.evaluate(id => window.stHost.openCharacterChat(id), OLD);
+    await waitFor(async () => (await api('GET', `/v1/chats/${enc(OLD)}/status`)).data.messages === 30, { what: 'the old chat synced' });
+    await api('PUT', `/v1/chats/${enc(OLD)}/settings`, { settings: { 'extract.enabled': null } });
+    assert.equal((await api('GET', `/v1/chats/${enc(OLD)}/status`)).data.processed_upto, -1);
+
+    assert.equal(await page.isVisible('#stbme_history'), false);
+    await page.click('#stbme_history_button');
+    await page.waitForSelector('#stbme_history', { state: 'visible' });
+    await page.waitForFunction(() => document.querySelector('#stbme_history_text')?.textContent.startsWith('Remembered: 30/30 messages (100%)'));
+    assert.equal(await page.$eval('#stbme_history_bar', bar => bar.value), 1);
+    const status = (await api('GET', `/v1/chats/${enc(OLD)}/status`)).data;
+    assert.equal(status.processed_upto, 29);
+    assert.ok(status.nodes >= 15 && status.unembedded === 0);
+    await page.evaluate(chatId => window.stHost.openCharacterChat(chatId), CHAT);
+    assert.equal(await page.isVisible('#stbme_history'), false, 'the bar belongs to the chat it followed');
+});
+
 test('a chat change clears the slot; group chats sync; deleted chats offer to delete their memories', async () => {
     await page.evaluate(() => window.stHost.openCharacterChat('Elena - second chat'));
     const slot = await page.evaluate(() => window.stHost.extension_prompts.stbme_memory?.value);
@@ -506,8 +533,9 @@ test('installs from the repository layout (manifest at the root, code in st_exte
 
 test('a dead sidecar never blocks generation, and the user is told once', async () => {
     const listenersBefore = await page.evaluate(() => window.stHost.listenerTimes.length);
-    await sidecar.stop();
+    // Counted before the stop: the health loop or the closing live channel may notice the outage at once.
     const toastsBefore = await page.evaluate(() => window.toastr.toasts.length);
+    await sidecar.stop();
     const first = await send('Are you still there?');
     const second = await send('Hello?');
     for (const record of [first, second]) {

@@ -171,10 +171,62 @@ test('config.json is read when no environment variable is set', async () => {
     delete process.env.STBME_SIDECAR_URL;
     delete process.env.STBME_TOKEN;
     try {
-        assert.deepEqual(loadConfig(dir), { sidecarUrl: 'http://192.168.1.5:8765', token: 't', timeoutMs: 5000 });
-        assert.deepEqual(loadConfig(path.join(dir, 'missing')), { sidecarUrl: 'http://127.0.0.1:8765', token: '', timeoutMs: 120000 });
+        assert.deepEqual(loadConfig(dir), { sidecarUrl: 'http://192.168.1.5:8765', token: 't', timeoutMs: 5000, mountAs: 'stbme' });
+        assert.deepEqual(loadConfig(path.join(dir, 'missing')), { sidecarUrl: 'http://127.0.0.1:8765', token: '', timeoutMs: 120000, mountAs: 'stbme' });
     } finally {
         Object.assign(process.env, saved);
+        fs.rmSync(dir, { recursive: true });
+    }
+});
+
+test('the Authority session header reaches the sidecar on Authority paths only', async () => {
+    const headers = { 'Content-Type': 'application/json', 'x-authority-session-token': 'sess-1', 'X-CSRF-Token': 'c' };
+    const res = await fetch(`${stUrl}/api/plugins/stbme/v1/authority/sql/query`, { method: 'POST', headers, body: '{"statement":"x"}' });
+    assert.equal((await res.json()).url, '/v1/authority/sql/query');
+    assert.equal(seen.at(-1).headers['x-authority-session-token'], 'sess-1');
+    assert.equal(seen.at(-1).headers.authorization, 'Bearer from-config');
+    assert.equal(seen.at(-1).headers['x-csrf-token'], undefined);
+    await fetch(`${stUrl}/api/plugins/stbme/v1/chats/c/status`, { headers });
+    assert.equal(seen.at(-1).headers['x-authority-session-token'], undefined);
+    // GET with the session header (jobs/{id}, session/current)
+    await fetch(`${stParsedUrl}/api/plugins/stbme/v1/authority/jobs/12`, { headers });
+    assert.equal(seen.at(-1).url, '/v1/authority/jobs/12');
+    assert.equal(seen.at(-1).headers['x-authority-session-token'], 'sess-1');
+});
+
+test('a copy configured with mountAs "authority" is the plugin ST-BME looks for by default', async () => {
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    // installed the way a user does it: a second copy of the folder, with its own config.json
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stbme-authority-plugin-'));
+    fs.copyFileSync(new URL(pluginPath, import.meta.url), path.join(dir, 'index.cjs'));
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ mountAs: 'authority' }));
+    let server;
+    try {
+        const plugin = require(path.join(dir, 'index.cjs'));
+        assert.equal(plugin.info.id, 'authority');
+        const router = express.Router();
+        await plugin.init(router);
+        const app = express();
+        app.use(`/api/plugins/${plugin.info.id}`, router);
+        server = app.listen(0, '127.0.0.1');
+        await new Promise(r => server.once('listening', r));
+        const base = `http://127.0.0.1:${server.address().port}/api/plugins/authority`;
+        const res = await fetch(`${base}/trivium/search-hybrid`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'x-authority-session-token': 's2' }, body: '{"topK":3}' });
+        const data = await res.json();
+        assert.equal(data.url, '/v1/authority/trivium/search-hybrid');
+        assert.deepEqual(data.body, { topK: 3 });
+        assert.equal(seen.at(-1).headers['x-authority-session-token'], 's2');
+        await fetch(`${base}/probe`, { method: 'POST' });
+        assert.equal(seen.at(-1).url, '/v1/authority/probe');
+        for (const p of ['/../../v1/chats', '/a/../../health']) {
+            const bad = await fetch(`${base}${p}`);
+            assert.notEqual(seen.at(-1).url, '/v1/chats');
+            assert.ok(bad.status === 404 || (await bad.json()).url?.startsWith('/v1/authority/'), p);
+        }
+    } finally {
+        server?.close();
         fs.rmSync(dir, { recursive: true });
     }
 });

@@ -1,0 +1,190 @@
+"""Progress a person can read, per chat: messages processed of those stored, memories embedded of those
+made, and a steady time left. The pace is measured over the last batches (not since the start of a job,
+which swings with every pause and every new sync), reported on the live channel, in the server log every
+few seconds while the chat is worked on, and in `/health` and the chat status."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time
+from typing import Callable
+
+from ..live import LiveHub
+from ..store import Store
+from ..store.queries import count_active_nodes, count_unembedded, message_count, require_chat
+
+log = logging.getLogger("stbme.progress")
+WINDOW_BATCHES = 24      # the pace is measured over this many recent batches...
+MIN_WINDOW_S = 2.0       # ...and over at least this much time (a burst of tiny batches says little)
+PUBLISH_EVERY_S = 0.25   # live channel messages per chat, at most
+LOG_EVERY_S = 5.0        # server log lines per chat while it is worked on
+RESUME_WITHIN_S = 15.0   # a chat worked on again this soon keeps its measured pace
+
+
+@dataclasses.dataclass
+class _Run:
+    started: float
+    samples: collections.deque        # (monotonic time, messages done)
+    done: int = 0
+    total: int = 0
+    embedded: int = 0
+    embed_total: int = 0
+    working: bool = True
+    last_publish: float = 0.0
+    last_log: float = 0.0
+    finished_at: float = 0.0
+
+
+def _percent(done: int, total: int) -> float:
+    return round(100.0 * done / total, 1) if total else 100.0
+
+
+def format_duration(seconds: float | None) -> str:
+    """'about 3 min 20 s' style, for logs and the CLI."""
+    if seconds is None:
+        return "time left unknown yet"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"about {seconds} s left"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"about {minutes} min {seconds:02d} s left"
+    hours, minutes = divmod(minutes, 60)
+    return f"about {hours} h {minutes:02d} min left"
+
+
+class ProgressTracker:
+    def __init__(self, store: Store, live: LiveHub, embedder_id: Callable[[], str],
+                 clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.live = live
+        self.embedder_id = embedder_id
+        self.clock = clock
+        self._runs: dict[str, _Run] = {}
+
+    def _run(self, chat_id: str, done: int) -> _Run:
+        now = self.clock()
+        run = self._runs.get(chat_id)
+        if run is None or (not run.working and now - run.finished_at > RESUME_WITHIN_S):
+            run = self._runs[chat_id] = _Run(now, collections.deque([(now, done)], maxlen=WINDOW_BATCHES + 1))
+        elif not run.working:  # resumed soon after: keep the pace, without the idle pause in it
+            gap = now - run.finished_at
+            run.samples = collections.deque(((t + gap, d) for t, d in run.samples), maxlen=WINDOW_BATCHES + 1)
+        run.working = True
+        return run
+
+    def started(self, chat_id: str, done: int, total: int) -> None:
+        """The chat's processing starts (or resumes) with `done` of `total` messages processed."""
+        run = self._run(chat_id, done)
+        run.done, run.total = done, total
+        if run.samples[-1][1] != done:  # messages were undone or added meanwhile: the pace starts again
+            run.samples = collections.deque([(self.clock(), done)], maxlen=WINDOW_BATCHES + 1)
+
+    async def batch_done(self, chat_id: str, done: int, total: int, **details) -> None:
+        """A batch was committed: `done` messages of `total` are processed. `details` (e.g. the batch's
+        evolution figures) ride along on the live channel."""
+        run = self._run(chat_id, done)
+        run.samples.append((self.clock(), done))
+        run.done, run.total = done, total
+        await self._report(chat_id, run, details=details)
+
+    async def finished(self, chat_id: str) -> None:
+        """Nothing more to do for now (the rest waits for new messages)."""
+        run = self._runs.get(chat_id)
+        if run is None or not run.working:
+            return
+        run.working = False
+        run.finished_at = self.clock()
+        await self._report(chat_id, run, force=True)
+
+    def stopped(self, chat_id: str) -> None:
+        """The processing failed (the job is retried or parked): the chat is no longer worked on."""
+        run = self._runs.get(chat_id)
+        if run is not None and run.working:
+            run.working = False
+            run.finished_at = self.clock()
+
+    def forget(self, chat_id: str) -> None:
+        self._runs.pop(chat_id, None)
+
+    def rate(self, run: _Run) -> float | None:
+        """Messages per second over the recent batches, None until there is enough to tell."""
+        (t0, d0), (t1, d1) = run.samples[0], run.samples[-1]
+        if len(run.samples) < 3 or t1 - t0 < MIN_WINDOW_S or d1 <= d0:
+            return None
+        return (d1 - d0) / (t1 - t0)
+
+    def eta(self, run: _Run) -> float | None:
+        rate = self.rate(run)
+        if not run.working:
+            return 0.0 if run.done >= run.total else None
+        return None if rate is None else max(0.0, (run.total - run.done) / rate)
+
+    async def _counts(self, chat_id: str, run: _Run) -> None:
+        embedder = self.embedder_id()
+
+        def read(conn):
+            total = count_active_nodes(conn, chat_id)
+            return total - count_unembedded(conn, chat_id, embedder), total
+
+        run.embedded, run.embed_total = await self.store.read(read)
+
+    async def _report(self, chat_id: str, run: _Run, force: bool = False, details: dict | None = None) -> None:
+        now = self.clock()
+        publish = force or now - run.last_publish >= PUBLISH_EVERY_S
+        write_log = force or now - run.last_log >= LOG_EVERY_S
+        if not (publish or write_log):
+            return
+        await self._counts(chat_id, run)
+        snap = self._snapshot(chat_id, run)
+        if publish:
+            run.last_publish = now
+            self.live.publish({"type": "progress", "task": "extract", "chat_id": chat_id, "done": run.done,
+                               "total": run.total, "eta_s": snap["eta_s"], "embedded": run.embedded,
+                               "embed_total": run.embed_total, "working": run.working, **(details or {})})
+        if write_log:
+            run.last_log = now
+            if run.working:
+                log.info("chat %r: %d/%d messages processed (%g%%), %d/%d memories embedded, %s",
+                         chat_id, run.done, run.total, snap["messages"]["percent"], run.embedded,
+                         run.embed_total, format_duration(snap["eta_s"]))
+            else:
+                log.info("chat %r: processing caught up: %d/%d messages, %d/%d memories embedded (%.0f s)",
+                         chat_id, run.done, run.total, run.embedded, run.embed_total, now - run.started)
+
+    def _snapshot(self, chat_id: str, run: _Run) -> dict:
+        rate = self.rate(run)
+        eta = self.eta(run)
+        return {"chat_id": chat_id, "working": run.working,
+                "messages": {"done": run.done, "total": run.total, "percent": _percent(run.done, run.total)},
+                "embedding": {"done": run.embedded, "total": run.embed_total,
+                              "percent": _percent(run.embedded, run.embed_total)},
+                "rate_per_s": None if rate is None else round(rate, 2),
+                "eta_s": None if eta is None else round(eta, 1)}
+
+    def working(self) -> list[dict]:
+        """Snapshots of the chats being processed now (for /health)."""
+        return [self._snapshot(chat_id, run) for chat_id, run in sorted(self._runs.items()) if run.working]
+
+    async def chat(self, chat_id: str) -> dict:
+        """The chat's progress: counts from the store, the pace and time left while it is worked on."""
+        embedder = self.embedder_id()
+
+        def read(conn):
+            chat = require_chat(conn, chat_id)
+            nodes = count_active_nodes(conn, chat_id)
+            return chat["processed_upto"] + 1, message_count(conn, chat_id), \
+                nodes - count_unembedded(conn, chat_id, embedder), nodes
+
+        done, total, embedded, embed_total = await self.store.read(read)
+        run = self._runs.get(chat_id)
+        rate = eta = None
+        if run is not None and run.working:
+            rate, eta = self.rate(run), self.eta(run)
+        return {"working": bool(run and run.working),
+                "messages": {"done": done, "total": total, "percent": _percent(done, total)},
+                "embedding": {"done": embedded, "total": embed_total, "percent": _percent(embedded, embed_total)},
+                "rate_per_s": None if rate is None else round(rate, 2),
+                "eta_s": None if eta is None else round(eta, 1)}

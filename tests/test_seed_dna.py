@@ -1,0 +1,251 @@
+"""Conformance with seed 001 (`../shared/reference/seeds/001_6e208cd0ce003b94.txt`, the DNA Memory v3
+evolver integration plan). Each test names the plan's lines it checks; docs/seeds.md is the table of every
+contract point (follows / differs / extends). Signal counting and confidence over several sentences (lines
+54-83) differ and are measured separately; only the single-sentence rule is checked here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from conftest import HashEmbedder, full_sync, settle
+from stbme import config
+from stbme.api.app import create_app
+from stbme.api.hub import create_hub_app
+from stbme.dna import assets, plan_files, repair
+from stbme.dna.dynamics import DIRECTIVE_START_WEIGHT
+from stbme.dna.environment import apply_plan_environment
+from stbme.dna.signals import best_per_unit, extract_signals
+from stbme.dna.strategy import DAY, STRATEGIES, Strategy, chat_rng
+
+NOW = 1_713_370_000.0
+
+
+def unit_at(cos: float) -> np.ndarray:
+    """A unit vector whose cosine with (1, 0) is `cos`."""
+    return np.array([cos, math.sqrt(1 - cos * cos)], np.float32)
+
+
+E1 = np.array([1.0, 0.0], np.float32)
+
+
+# -- 1. signals (lines 22-83) --------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,type_,confidence", [
+    ("我喜欢慢节奏", "preference", 0.7),              # base 0.7 (line 71)
+    ("一定记住我喜欢慢节奏", "preference", 0.8),        # +0.05 per emphasis word present (lines 74-77)
+    ("不要写得太快", "preference", 0.8),               # +0.1 with 不要 or 别 (lines 80-81)
+    ("一定必须绝对永远记住，不要别", "preference", 0.98),  # at most 0.98 (line 83)
+    ("不是红色是绿色", "correction", 0.7), ("我们决定走北门", "decision", 0.7),
+    ("失败的原因是钥匙丢了", "error", 0.7), ("先描述场景再写对话", "workflow", 0.7),
+])
+def test_001_L26_L83_patterns_and_confidence_of_one_sentence(text, type_, confidence):
+    """Lines 26-52 (the Chinese patterns, kept verbatim) and 69-83 (the confidence rule) on one sentence."""
+    [signal] = best_per_unit(extract_signals(text, min_confidence=0, ooc_only=False))
+    assert (signal.type, signal.confidence) == (type_, pytest.approx(confidence))
+
+
+# -- 2. strategies (lines 96-140) -----------------------------------------------------------------------------
+def test_001_L100_L121_strategy_weights():
+    assert {k: (v.new_memory_weight, v.reinforce_weight, v.decay_weight) for k, v in STRATEGIES.items()} == {
+        "balanced": (0.5, 0.3, 0.2), "aggressive": (0.8, 0.15, 0.05),
+        "conservative": (0.2, 0.4, 0.4), "cleanup": (0.0, 0.2, 0.8)}
+
+
+@pytest.mark.parametrize("source", ["environment", "saved setting"])
+def test_001_L123_L124_an_unknown_strategy_is_balanced(source):
+    """`STRATEGIES.get(strategy, STRATEGIES['balanced'])`: DNA_MEMORY_STRATEGY (line 412) or a saved value."""
+    saved = {} if source == "environment" else {"dna.evolution_strategy": "harden"}
+    apply_plan_environment(saved, {}, {"DNA_MEMORY_STRATEGY": "innovate"} if source == "environment" else {})
+    assert saved["dna.evolution_strategy"] == "balanced"
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_001_L126_L129_should_remember_at_one_minus_new_memory_weight(name):
+    threshold = round(1.0 - STRATEGIES[name].new_memory_weight, 6)   # 1 - 0.8 is 0.19999999999999996
+    s = Strategy(name)
+    assert s.should_remember(threshold) and not s.should_remember(threshold - 0.001)
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_001_L131_L134_should_reinforce_after_more_than_3_accesses_by_draw(name):
+    draws = chat_rng("c", 7)
+    expected = [draws.random() < STRATEGIES[name].reinforce_weight for _ in range(200)]
+    s = Strategy(name, chat_rng("c", 7))
+    assert not any(s.should_reinforce(3) for _ in range(50))           # no draw spent either
+    assert [s.should_reinforce(4) for _ in range(200)] == expected
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_001_L136_L140_should_decay_after_more_than_7_idle_days_by_draw(name):
+    draws = chat_rng("c", 8)
+    expected = [draws.random() < STRATEGIES[name].decay_weight for _ in range(200)]
+    s = Strategy(name, chat_rng("c", 8))
+    assert not any(s.should_decay(NOW - 7 * DAY, NOW, 7) for _ in range(50))
+    assert [s.should_decay(NOW - 7 * DAY - 1, NOW, 7) for _ in range(200)] == expected
+
+
+# -- 3. dedupe and repair loops (lines 152-214) ---------------------------------------------------------------
+def test_001_L190_L201_a_duplicate_is_same_type_within_1_hour_above_0_9():
+    same = repair.Directive("a", "preference", E1, NOW - 3599)
+    assert repair.find_duplicate("preference", unit_at(0.9005), [same], NOW)[0].id == "a"
+    assert repair.find_duplicate("preference", unit_at(0.8995), [same], NOW) is None        # not above 0.9
+    assert repair.find_duplicate("decision", E1, [same], NOW) is None                        # other type
+    old = repair.Directive("b", "preference", E1, NOW - 3600)
+    assert repair.find_duplicate("preference", E1, [old], NOW) is None                       # not after now-3600
+
+
+async def test_001_L202_L211_a_duplicate_signal_reinforces_by_0_1_capped_at_1(sidecar):
+    """`weight = MIN(weight + 0.1, 1.0), updated = now`, and no new memory (`return False`)."""
+    chat = [{"role": "user", "name": "Alex", "text": "I want slower pacing, don't rush the romance."},
+            {"role": "assistant", "name": "Elena", "text": "Alright."}]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    [first] = [n for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
+    assert first["weight"] == DIRECTIVE_START_WEIGHT < 1.0   # so the +0.1 shows
+
+    async def repeat(text: str) -> dict:
+        before = await sidecar.memories.get("c", first["id"])
+        chat.extend([{"role": "user", "name": "Alex", "text": text}, {"role": "assistant", "name": "Elena", "text": "Ok."}])
+        await full_sync(sidecar, "c", chat)
+        await settle(sidecar, "c")
+        after = await sidecar.memories.get("c", first["id"])
+        assert after["updated_at"] > before["updated_at"]
+        return after
+
+    assert (await repeat("I want slower pacing, do not rush the romance!"))["weight"] == pytest.approx(0.6)
+    await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET weight = 0.95 WHERE id = ?", (first["id"],)))
+    assert (await repeat("I want slower pacing; don't rush the romance."))["weight"] == 1.0
+    dna = [n["id"] for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
+    assert dna == [first["id"]]
+
+
+def test_001_L158_L179_a_repair_loop_is_within_7_days_above_0_85():
+    earlier = repair.Directive("e1", "error", E1, NOW - 7 * DAY + 1)
+    partner = repair.find_loop_partner("error", unit_at(0.8505), [earlier], NOW)
+    assert partner[0].id == "e1" and partner[1] == pytest.approx(0.8505, abs=1e-4)
+    assert repair.find_loop_partner("error", unit_at(0.8495), [earlier], NOW) is None          # not above 0.85
+    stale = repair.Directive("e0", "error", E1, NOW - 7 * DAY)
+    assert repair.find_loop_partner("error", E1, [stale], NOW) is None                          # not after now-7d
+    assert repair.find_loop_partner("preference", E1, [earlier], NOW) is None                   # errors (and corrections)
+
+
+# -- 4. GEP assets (lines 226-313) ----------------------------------------------------------------------------
+def test_001_L235_L245_the_plans_gene_is_accepted():
+    """`{id: gene_<unix>, name, description, triggers, actions, created, usage_count}`; actions of any shape."""
+    gene = assets.gene_from_body({"id": "gene_1713370000", "name": "修复 API 超时", "description": "",
+                                  "triggers": [{"type": "error", "pattern": "超时"}],
+                                  "actions": ["检查超时设置", {"type": "pin"}], "created": NOW, "usage_count": 0})
+    assert (gene.id, gene.created_at, gene.usage_count) == ("gene_1713370000", NOW, 0)
+    assert [a["op"] for a in gene.actions] == ["template", "pin"]
+    assert gene.plan_json()["actions"] == ["检查超时设置", {"type": "pin"}]
+
+
+def test_001_L253_L261_the_plans_capsule_is_accepted(tmp_path):
+    bundle = plan_files.PlanBundle()
+    plan_files.parse_capsules([{"id": "capsule_1713370000", "name": "API 稳定性加固", "gene_ids": ["gene_error_guard"],
+                                "strategy": "conservative", "created": NOW}], bundle)
+    [(where, body)] = bundle.capsules
+    assert body == {"id": "capsule_1713370000", "name": "API 稳定性加固", "gene_ids": ["gene_error_guard"],
+                    "strategy": "conservative", "created": NOW} and not bundle.warnings
+
+
+def test_001_L269_L278_an_event_line_is_timestamp_type_details():
+    event = {"id": 1, "at": NOW, "chat_id": None, "kind": "gene_use", "data": {"gene_id": "g"}}
+    assert plan_files.event_json(event) == {"timestamp": NOW, "type": "gene_use", "details": {"gene_id": "g"}}
+    parsed = plan_files.parse_event({"timestamp": NOW, "type": "gene_use", "details": {"gene_id": "g"}}, "line 1")
+    assert (parsed.at, parsed.kind, parsed.data, parsed.chat_id) == (NOW, "gene_use", '{"gene_id":"g"}', None)
+
+
+def test_001_L295_L313_gene_score_is_0_3_per_type_match_plus_0_7_similarity_over_signals():
+    gene = assets.Gene("g", "g", "", [{"type": "error", "pattern": "forget"}, {"type": "correction", "pattern": ""}],
+                       [{"op": "create_directive"}])
+    signals = [{"type": "error", "content": "you forget her arm"},       # 0.3 + 0.7 x 1
+               {"type": "correction", "content": "green, not blue"},     # 0.3 + 0.7 x 0
+               {"type": "workflow", "content": "first the scene"}]       # no trigger of its type: 0
+    assert assets.gene_score(gene, signals) == pytest.approx(1.3 / 3)
+    assert assets.gene_score(gene, []) == 0                                # `if signals else 0`
+
+
+def test_001_L280_L293_the_best_gene_needs_a_score_above_0():
+    gene = assets.Gene("g", "g", "", [{"type": "error", "pattern": ""}], [{"op": "create_directive"}])
+    assert assets.select_gene([gene], [{"type": "decision", "content": "x"}]) == (None, 0.0)
+    assert assets.select_gene([gene], [{"type": "error", "content": "x"}]) == (gene, 0.3)
+
+
+async def test_001_L231_L233_L425_L428_genes_capsules_events_files(sidecar, tmp_path):
+    files = tmp_path / "memory"
+    await sidecar.dna_assets.import_plan(plan_files.parse_body({
+        "genes": [{"id": "gene_1713370000", "name": "g", "triggers": [{"type": "error", "pattern": ""}],
+                   "actions": ["a"], "created": NOW, "usage_count": 1}],
+        "events": [{"timestamp": NOW, "type": "note", "details": {"x": 1}}]}))
+    await sidecar.dna_assets.export_plan_dir(files)
+    assert sorted(p.name for p in files.iterdir()) == ["capsules.json", "events.jsonl", "genes.json"]
+    again = plan_files.read_dir(files)
+    mine = next(g for g in again.genes if g.id == "gene_1713370000")
+    assert (mine.created_at, mine.usage_count, mine.actions) == (NOW, 1, [{"op": "template", "original": "a"}])
+    assert (again.events[0].at, again.events[0].kind) == (NOW, "note")
+
+
+# -- 5. the network (lines 325-395) ---------------------------------------------------------------------------
+def test_001_L329_L332_hub_and_node_from_the_environment_enable_the_network():
+    saved: dict = {}
+    apply_plan_environment(saved, {}, {"MEMORY_HUB_URL": "http://hub:8770", "MEMORY_NODE_ID": "n1"})
+    assert saved == {"network.hub_url": "http://hub:8770", "network.node_id": "n1", "network.enabled": True}
+    one: dict = {}
+    apply_plan_environment(one, {}, {"MEMORY_HUB_URL": "http://hub:8770"})
+    assert "network.enabled" not in one                                   # `bool(hub_url and node_id)`
+
+
+async def test_001_L334_L395_our_client_makes_the_plans_three_calls(aiohttp_server, aiohttp_client, tmp_path):
+    calls = []
+
+    async def record(request):
+        body = await request.json() if request.method == "POST" else None
+        calls.append((request.method, request.path, dict(request.query), body))
+        if request.path == "/heartbeat":
+            return web.json_response({"tasks": []})
+        if request.method == "GET":
+            return web.json_response({"id": "gene_1", "name": "g", "triggers": [{"type": "error", "pattern": ""}],
+                                      "actions": ["x"], "created": NOW, "usage_count": 0})
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    hub = await aiohttp_server(app)
+    client = await aiohttp_client(create_app(tmp_path, embedder=HashEmbedder(), cli_settings={
+        "network.enabled": True, "network.hub_url": str(hub.make_url("")).rstrip("/"), "network.node_id": "n1"}))
+    assert (await client.post("/v1/dna/hub/heartbeat")).status == 200
+    assert (await client.post("/v1/dna/hub/publish/genes/gene_error_guard")).status == 200
+    assert (await client.post("/v1/dna/hub/fetch/genes/gene_1")).status == 200
+    beat = next(c for c in calls if c[1] == "/heartbeat")[3]
+    assert beat["node_id"] == "n1" and {"remember", "recall", "reflect"} <= set(beat["capabilities"])
+    share = next(c for c in calls if c[:2] == ("POST", "/genes"))[3]
+    assert share["node_id"] == "n1" and share["gene"]["id"] == "gene_error_guard"
+    assert ("GET", "/genes/gene_1", {"node_id": "n1"}, None) in calls
+
+
+async def test_001_L352_L393_stbme_hub_answers_the_plans_client(aiohttp_server, aiohttp_client, tmp_path):
+    hub = await aiohttp_client(create_hub_app(tmp_path))
+    resp = await hub.post("/heartbeat", json={"node_id": "n1", "stats": {}, "capabilities": ["remember"]})
+    assert resp.status == 200 and (await resp.json())["tasks"] == []
+    gene = {"id": "gene_1713370000", "name": "g", "description": "", "triggers": [{"type": "error", "pattern": "x"}],
+            "actions": ["检查"], "created": NOW, "usage_count": 0}
+    assert (await hub.post("/genes", json={"node_id": "n1", "gene": gene})).status == 200
+    resp = await hub.get("/genes/gene_1713370000", params={"node_id": "n2"})
+    assert resp.status == 200 and await resp.json() == gene and resp.headers["X-Published-By"] == "n1"
+
+
+# -- config (lines 447-473) ---------------------------------------------------------------------------------
+def test_001_L449_L472_the_plans_config_defaults():
+    plan = {"decay_days": 7, "decay_rate": 0.1, "forget_threshold": 0.2, "reflect_trigger": 20, "max_short_term": 100,
+            "max_long_term": 500, "embedding_model": "text-embedding-3-small", "auto_reflect": True,
+            "auto_reflect_interval_minutes": 30, "auto_decay": True, "auto_decay_interval_hours": 24,
+            "evolution_strategy": "balanced", "signal_confidence_threshold": 0.7, "repair_loop_detection": True,
+            "gep_enabled": True}
+    network = {"enabled": False, "hub_url": "", "node_id": "", "heartbeat_interval_minutes": 6}   # null: empty
+    defaults = config.defaults()
+    assert {k: defaults[f"dna.{k}"] for k in plan} == plan
+    assert {k: defaults[f"network.{k}"] for k in network} == network
