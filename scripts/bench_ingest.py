@@ -75,7 +75,9 @@ class Server:
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
             if self.proc.poll() is not None:
-                raise click.ClickException(f"the server exited ({self.proc.returncode}); see {self.log.name}")
+                self.log.flush()
+                tail = Path(self.log.name).read_text(errors="replace")[-2000:]
+                raise click.ClickException(f"the server exited ({self.proc.returncode}):\n{tail}")
             try:
                 async with session.get(self.url + "/health") as resp:
                     if resp.status == 200:
