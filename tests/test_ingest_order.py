@@ -108,6 +108,9 @@ async def test_recall_answers_from_keywords_while_the_index_loads(gated):
     await lock.acquire()  # a load is under way (the warm-up's)
     result = await recall(sc, "c", {"query": "harbour number7", "budget_tokens": 300})
     assert "number7" in result["text"] and "loading" in result["degraded"]
+    assert sc.indexes.vectors._load_tasks  # the load goes on; a later recall does not start another
+    again = await recall(sc, "c", {"query": "harbour number7", "budget_tokens": 300})
+    assert "loading" in again["degraded"] and len(sc.indexes.vectors._load_tasks) == 1
     lock.release()
     await wait_for(lambda: sc.indexes.vectors.loaded("c") is not None, "the index to finish loading")
     again = await recall(sc, "c", {"query": "harbour number7", "budget_tokens": 300})

@@ -70,14 +70,16 @@ class PerChatCache(Generic[T]):
 
     async def get_within(self, chat_id: str, wait_s: float) -> T | None:
         """The chat's cache if it is loaded or loads within `wait_s` seconds; else None while it goes on
-        loading (after a restart a recall answers from what is loaded instead of waiting seconds)."""
+        loading (after a restart a recall answers from what is loaded instead of waiting seconds). Only
+        the call that starts the load waits: later ones answer at once until it is done."""
         item = self._items.get(chat_id)
         if item is not None:
             return item
         task = self._load_tasks.get(chat_id)
-        if task is None:
-            task = self._load_tasks[chat_id] = asyncio.ensure_future(self.get(chat_id))
-            task.add_done_callback(lambda t, c=chat_id: self._load_done(c, t))
+        if task is not None:
+            return None
+        task = self._load_tasks[chat_id] = asyncio.ensure_future(self.get(chat_id))
+        task.add_done_callback(lambda t, c=chat_id: self._load_done(c, t))
         done, _ = await asyncio.wait({task}, timeout=wait_s)
         return task.result() if done else None
 
