@@ -6,6 +6,14 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Below CPython 3.13 the hnswlib module comes from chroma-hnswlib's wheels. A venv that compiled the
+# hnswlib source package earlier has both (they share the module file): drop it and restore chroma's.
+if .venv/bin/python -c 'import sys; sys.exit(sys.version_info >= (3, 13))' \
+    && .venv/bin/python -m pip show --quiet hnswlib >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall --quiet --yes hnswlib
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+    "$(grep -o "chroma-hnswlib>=[^;\"']*" pyproject.toml | head -1)"
+fi
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null

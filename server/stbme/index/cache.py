@@ -8,6 +8,7 @@ one chat's cache; this class owns the locking that keeps a change from being los
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -16,6 +17,7 @@ from ..hashing import chat_file_key
 from ..store import Store
 
 T = TypeVar("T")
+log = logging.getLogger("stbme.index")
 
 
 class PerChatCache(Generic[T]):
@@ -24,6 +26,7 @@ class PerChatCache(Generic[T]):
         self.directory = Path(directory) if directory is not None else None
         self._items: dict[str, T] = {}
         self._loading: dict[str, asyncio.Lock] = {}
+        self._load_tasks: dict[str, asyncio.Task] = {}   # loads a recall stopped waiting for
         self._dirty: dict[str, float] = {}   # chat -> monotonic time of the first unsaved change
 
     # -- what a subclass provides -------------------------------------------------------------------
@@ -64,6 +67,26 @@ class PerChatCache(Generic[T]):
                 item = await self._load_or_build(chat_id)
                 self._items[chat_id] = item
             return item
+
+    async def get_within(self, chat_id: str, wait_s: float) -> T | None:
+        """The chat's cache if it is loaded or loads within `wait_s` seconds; else None while it goes on
+        loading (after a restart a recall answers from what is loaded instead of waiting seconds). Only
+        the call that starts the load waits: later ones answer at once until it is done."""
+        item = self._items.get(chat_id)
+        if item is not None:
+            return item
+        task = self._load_tasks.get(chat_id)
+        if task is not None:
+            return None
+        task = self._load_tasks[chat_id] = asyncio.ensure_future(self.get(chat_id))
+        task.add_done_callback(lambda t, c=chat_id: self._load_done(c, t))
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        return task.result() if done else None
+
+    def _load_done(self, chat_id: str, task: asyncio.Task) -> None:
+        self._load_tasks.pop(chat_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("loading a cache of chat %r failed: %s", chat_id, task.exception())
 
     def _put(self, chat_id: str, item: T) -> None:
         """Install a freshly built cache (a rebuild) and mark it for saving."""

