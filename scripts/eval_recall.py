@@ -47,8 +47,12 @@ PRODUCT = "product defaults"
 READ_ABLATIONS = {
     "keywords only (recall.vector_weight 0)": {"recall.vector_weight": 0.0},
     "vectors only (recall.lexical_weight 0)": {"recall.lexical_weight": 0.0},
-    "input only (recall.recent_turns 0)": {"recall.recent_turns": 0},
-    "gates off (min_similarity, vector_margin, min_bm25 0)": {"recall.min_similarity": 0.0,
+    "raw input (recall.query_cleanup false)": {"recall.query_cleanup": False},
+    "no days (recall.time_weight 0)": {"recall.time_weight": 0.0},
+    "no graph (recall.graph_weight 0)": {"recall.graph_weight": 0.0},
+    "no exchange neighbours (recall.neighbour_share 0)": {"recall.neighbour_share": 0.0},
+    "no references (recall.recent_turns 0)": {"recall.recent_turns": 0},
+    "floors off (min_similarity, vector_margin, min_bm25 0)": {"recall.min_similarity": 0.0,
                                                                "recall.vector_margin": 0.0, "recall.min_bm25": 0.0},
     "candidates 200 (recall.candidates)": {"recall.candidates": 200},
     "no importance (recall.importance_weight 0)": {"recall.importance_weight": 0.0},
@@ -61,12 +65,11 @@ WRITE_ABLATIONS = {
     "OOC-only signals (dna.signal_scope ooc)": {"dna.signal_scope": "ooc"},
 }
 NOT_ABLATABLE = (
-    "directives placed first in every recall (core memories), apart from creating none (dna.signals)",
+    "the directives' share of the block (recall.directive_share) apart from creating none (dna.signals)",
     "the speaker/participants text indexed with each memory",
-    "the recent-turn weights in the query vector (0.35, 0.15, ...) apart from recent_turns",
     "reciprocal-rank fusion itself (its k = 60) and the DNA weight factor on the score",
+    "one memory per message (a long message's chunks are one piece of evidence)",
     "the rendering order and per-line token cap of the block (recall.budget_tokens is the budget, not a stage)",
-    "graph expansion, query splitting, date indexing, MMR: not in the product yet",
 )
 
 

@@ -1,12 +1,11 @@
 """A first ingest in heuristic mode: every message is keyword-searchable before the embedding is done,
-the newest messages are embedded first, a recall reuses the vectors its recent turns already have, and
+the newest messages are embedded first, a recall embeds only the question, and
 a recall does not wait for an HNSW index that is still loading."""
 
 from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 
 from stbme.services import Services
@@ -81,7 +80,7 @@ async def test_keywords_work_before_any_embedding_then_newest_first(gated):
     assert "number1 " not in first
 
 
-async def test_recall_reuses_the_vectors_of_its_recent_turns(gated):
+async def test_recall_embeds_only_the_question(gated):
     sc, emb = gated
     emb.gate.set()
     chat = roleplay(40)
@@ -89,13 +88,10 @@ async def test_recall_reuses_the_vectors_of_its_recent_turns(gated):
     await settle(sc, "c")
     emb.queries.clear()
     recent = [{"role": m["role"], "name": m["name"], "text": m["text"]} for m in chat[-4:]]
-    result = await recall(sc, "c", {"query": "Tell me about harbour number7", "recent": recent})
-    assert emb.queries == ["Tell me about harbour number7"]  # the turns' vectors came from the store
-    assert "number7" in result["text"]
-    # an edited turn is not in the store: it is embedded as a query, as before
-    recent[-1] = dict(recent[-1], text="Something nobody said.")
-    await recall(sc, "c", {"query": "Tell me about harbour number7", "recent": recent})
-    assert emb.queries[-1] == "Something nobody said."
+    result = await recall(sc, "c", {"query": "*She leans closer.* Tell me about harbour number7", "recent": recent})
+    # the recent turns are in the prompt already: they lend names to a reference, they are not searched
+    assert emb.queries == ["Tell me about harbour number7"]
+    assert "number7" in result["text"] and result["query"]["text"] == "Tell me about harbour number7"
 
 
 async def test_recall_answers_from_keywords_while_the_index_loads(gated):
@@ -115,32 +111,6 @@ async def test_recall_answers_from_keywords_while_the_index_loads(gated):
     await wait_for(lambda: sc.indexes.vectors.loaded("c") is not None, "the index to finish loading")
     again = await recall(sc, "c", {"query": "harbour number7", "budget_tokens": 300})
     assert "degraded" not in again and any(m["score_parts"]["vector"] > 0 for m in again["memories"])
-
-
-def test_stored_turn_vectors_average_a_messages_chunks(tmp_path):
-    from stbme.pipeline.recall import stored_turn_vectors
-
-    async def go():
-        emb = HashEmbedder()
-        sc = Services.open(tmp_path / "d", embedder=emb)
-        await sc.start()
-        try:
-            long = " ".join(f"Sentence {i} about the lighthouse keeper and the storm." for i in range(80))
-            chat = [{"role": "user", "name": "Alex", "text": "Hi."}, {"role": "assistant", "name": "Elena",
-                                                                      "text": long}]
-            await full_sync(sc, "c", chat)
-            await settle(sc, "c")
-            vecs = await sc.store.read(lambda conn: stored_turn_vectors(conn, "c", [chat[1], chat[0]], emb.id))
-            rows = await sc.store.read(lambda conn: conn.execute(
-                "SELECT embedding FROM nodes WHERE chat_id = 'c' AND type = 'event' AND seq_from = 1").fetchall())
-            assert len(rows) > 1  # the long message was cut into chunks
-            mean = np.mean([np.frombuffer(r[0], dtype=np.float32) for r in rows], axis=0)
-            assert np.allclose(vecs[0], mean / np.linalg.norm(mean), atol=1e-6)
-            assert vecs[1] is not None and abs(float(np.linalg.norm(vecs[1])) - 1) < 1e-5
-        finally:
-            await sc.close()
-
-    asyncio.run(go())
 
 
 async def test_recall_answers_from_keywords_while_the_model_warms_up(gated):

@@ -229,7 +229,7 @@ def test_commands_go_through_the_running_server(server, tmp_path):
     exported = json.loads(run("export", CHAT_ID, "--data-dir", server.data_dir).stdout)
     assert len(exported["messages"]) == 12
     result = run("reindex", CHAT_ID, "--data-dir", server.data_dir)
-    assert f"memories indexed" in result.stderr
+    assert "memories indexed" in result.stderr
     lines = run("dna", "events", "--chat", CHAT_ID, "--jsonl", "--data-dir", server.data_dir).stdout.splitlines()
     assert lines and all(json.loads(line)["chat_id"] == CHAT_ID for line in lines)
     run("dna", "export-assets", tmp_path / "assets", "--data-dir", server.data_dir)

@@ -173,11 +173,11 @@ class LexicalIndex:
             self._arrays[term] = arrays
         return arrays
 
-    def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        """Top k (node_id, BM25 score) for the query, best first; only docs matching a term."""
+    def _scores(self, query: str) -> np.ndarray | None:
+        """BM25 of every slot for the query (dead slots 0), or None when no query term is indexed."""
         terms = [t for t in dict.fromkeys(tokenize(query)) if t in self.postings]
         if not terms or self.live == 0:
-            return []
+            return None
         if self._np_lengths is None:
             self._np_lengths = np.asarray(self.lengths, dtype=np.float32)
         if self._np_active is None:
@@ -196,6 +196,13 @@ class LexicalIndex:
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
             scores[docs] += idf * tfs * (K1 + 1) / (tfs + norm[docs])
         scores *= self._np_active
+        return scores
+
+    def search(self, query: str, k: int) -> list[tuple[str, float]]:
+        """Top k (node_id, BM25 score) for the query, best first; only docs matching a term."""
+        scores = self._scores(query)
+        if scores is None:
+            return []
         hits = np.flatnonzero(scores > 0)
         if hits.size == 0:
             return []
@@ -205,6 +212,12 @@ class LexicalIndex:
         # Equal scores are ordered by node id, never by slot: slots depend on edit history.
         best = sorted(hits.tolist(), key=lambda i: (-scores[i], self.node_of[i]))[:k]
         return [(self.node_of[i], float(scores[i])) for i in best]
+
+    def score_docs(self, query: str, node_ids) -> dict[str, float]:
+        """BM25 of these memories for the query (0 for one that matches no term or is not indexed)."""
+        scores = self._scores(query)
+        return {n: (float(scores[self.slot_of[n]]) if scores is not None and n in self.slot_of else 0.0)
+                for n in node_ids}
 
 
 _LEXICAL_COLUMNS = "id, fields, tags, archived, rev"

@@ -1,31 +1,43 @@
-"""Recall: the read path. Hybrid retrieval (HNSW vectors + BM25, fused by reciprocal rank), importance
-and recency, core memories first, rendered into a token-budgeted block."""
+"""Recall: the read path, from the user's new input to the memory block injected before a generation.
+
+1. The query (pipeline/query.py): the input without its roleplay actions, split into its parts, the time it
+   asks about read apart; recent turns only lend names when the input refers back to them.
+2. Candidates (pipeline/candidates.py): keywords and vectors per part, the memories of the days it names,
+   the memories of the less common names the first hits involve, the messages around the best hits.
+3. Fusion and order (pipeline/ranking.py): weighted reciprocal-rank fusion, one memory per message,
+   near-duplicates out, ties by node id.
+4. The block (pipeline/render.py): pinned memories, rules and the synopsis, directives within their share,
+   then the evidence while it fits the token budget; story dates on past events.
+Memories of messages still in the prompt (the last messages, a short chat's greeting) are not recalled.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 
 import numpy as np
-import orjson
 
 from ..embed import EmbedError, EmbeddingService
-from ..graph.model import NODE_COLUMNS, Node, node_from_row
+from ..graph.model import NODE_COLUMNS, node_from_row
 from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
 from ..policy import REINFORCE_STEP
 from ..store import Store
-from ..hashing import message_hash
-from ..store.queries import last_message_hashes, message_count, newest_event_vectors, nodes_by_ids
-from ..tokens import count_tokens
-from .render import detect_language, has_content, render_block
+from ..store.queries import latest_send_date, message_count, nodes_by_ids
+from ..tokens import count_tokens, last_tokens
+from .candidates import Ranking, anchor_day, graph_ranking, neighbours, time_ranking
+from .query import QueryPlan, clean_input, plan_query
+from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, order, relevant,
+                      score_rows)
+from .render import detect_language, render_block
+from .timeline import parse_send_date
 
 CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
-RRF_K = 60
-RECENT_WEIGHTS = (0.35, 0.15, 0.1, 0.05)
-INDEX_WAIT_S = 0.25                # how long a recall waits for a loading HNSW index before going without it
-RECENT_MESSAGES_LOOKED_UP = 16     # recent turns are matched among the chat's last messages...
-NEWEST_EVENTS_LOOKED_UP = 64       # ...and their vectors among its newest event memories
+INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
+# Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
+_COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
 
 
 @dataclasses.dataclass
@@ -34,67 +46,6 @@ class RecallQuery:
     recent: list[dict]
     budget_tokens: int
     max_memories: int
-
-
-@dataclasses.dataclass
-class Scored:
-    node: Node
-    score: float
-    parts: dict[str, float]
-    core: bool = False
-
-
-def _recent_turns(recent: list[dict], turns: int) -> list[dict]:
-    """The last `turns` turns that have text, newest first."""
-    chosen = recent[-turns:] if turns else []
-    return [m for m in reversed(chosen) if str(m.get("text") or "").strip()]
-
-
-def _recent_texts(turns: list[dict]) -> list[str]:
-    return [str(m.get("text") or "").strip()[:600] for m in turns]
-
-
-async def query_vector(embeddings: EmbeddingService, query: str, recent: list[str],
-                       stored: list[np.ndarray | None] | None = None) -> np.ndarray | None:
-    """The user's input blended with the last turns (weights fall with age), as one unit vector.
-    `stored[i]`: the vector recent turn i already has as a memory, used instead of embedding the turn."""
-    stored = stored or [None] * len(recent)
-    parts = ([(query, 1.0, None)] if query.strip() else []) + list(zip(recent, RECENT_WEIGHTS, stored))
-    if not parts:
-        return None
-    total = None
-    for text, weight, known in parts:
-        vec = (known if known is not None else await embeddings.embed_query(text)) * weight
-        total = vec if total is None else total + vec
-    norm = float(np.linalg.norm(total))
-    return total / norm if norm else None
-
-
-def _turn_hash(turn: dict) -> str:
-    return message_hash(str(turn.get("role") or ""), str(turn.get("name") or ""), str(turn.get("text") or ""))
-
-
-def stored_turn_vectors(conn, chat_id: str, turns: list[dict], embedder_id: str) -> list[np.ndarray | None]:
-    """For each recent turn, the vector its message's memories already have (the mean of its chunks), or
-    None. The turns are among the chat's last messages (found by hash) and their event memories among
-    its newest, so nothing is scanned; a turn not stored or not embedded yet is embedded as a query."""
-    index_of = last_message_hashes(conn, chat_id, RECENT_MESSAGES_LOOKED_UP)
-    wanted = {index_of.get(_turn_hash(t)) for t in turns} - {None}
-    chunks: dict[int, list[np.ndarray]] = {}
-    if wanted:
-        for row in newest_event_vectors(conn, chat_id, NEWEST_EVENTS_LOOKED_UP):
-            if row["seq_from"] in wanted and row["embedding"] is not None and row["embedder"] == embedder_id:
-                chunks.setdefault(row["seq_from"], []).append(np.frombuffer(row["embedding"], dtype=np.float32))
-    out = []
-    for turn in turns:
-        found = chunks.get(index_of.get(_turn_hash(turn)))
-        mean = np.mean(found, axis=0) if found else None
-        out.append(mean / np.linalg.norm(mean) if mean is not None and np.linalg.norm(mean) else None)
-    return out
-
-
-# Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
-_COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
 
 
 def greeting_in_prompt(conn, chat_id: str, tokens: int) -> int:
@@ -116,14 +67,31 @@ def greeting_in_prompt(conn, chat_id: str, tokens: int) -> int:
     return length if greeting is None else greeting  # no user message yet: it is all greeting
 
 
-def _fetch(conn, chat_id: str, ids: list[str], prompt_tokens: int):
-    # Two index-served queries, not one with OR (which would read the whole chat).
+def _chat_state(conn, chat_id: str, prompt_tokens: int):
+    """The core memories (pinned, rules, synopsis, directives), the chat's length, its latest day and how
+    many greeting messages are in the prompt. Two index-served queries for the core, not one with OR."""
     core = conn.execute(
         f"SELECT {_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
         f" ({','.join('?' * len(CORE_TYPES))}) UNION SELECT {_COLUMNS} FROM nodes WHERE chat_id = ?"
         " AND pinned = 1 AND archived = 0", (chat_id, *CORE_TYPES, chat_id)).fetchall()
-    rows = nodes_by_ids(conn, chat_id, ids, columns=_COLUMNS, where="AND archived = 0")
-    return core, rows, message_count(conn, chat_id), greeting_in_prompt(conn, chat_id, prompt_tokens)
+    return (core, message_count(conn, chat_id), parse_send_date(latest_send_date(conn, chat_id)),
+            greeting_in_prompt(conn, chat_id, prompt_tokens))
+
+
+async def _plan(q: RecallQuery, settings, *, now, store: Store, chat_id: str, lexical) -> QueryPlan:
+    recent = [str(m.get("text") or "") for m in reversed(q.recent[-settings("recall.recent_turns"):])
+              if str(m.get("text") or "").strip()] if settings("recall.recent_turns") else []
+    text = q.query if q.query.strip() else (recent[0] if recent else "")  # continue/regenerate: the last turn
+    if not settings("recall.query_cleanup"):
+        return QueryPlan(text, [text], text)
+    lang = detect_language([text])
+    plan = plan_query(text, recent, now=now, lang=lang)
+    when = plan.time
+    if when is not None and when.kind == "anchor" and when.span is None and when.anchor:
+        day = await anchor_day(store, chat_id, lexical, when.anchor)  # "the day after the festival": which day?
+        if day is not None:
+            plan = plan_query(text, recent, now=now, lang=lang, find_anchor=lambda _phrase: day)
+    return plan
 
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,
@@ -131,144 +99,123 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     """Run one recall; `settings(name)` gives the chat's effective setting. `reranker(result, query,
     recent)` (the optional LLM rerank) reorders a larger candidate list and cuts it to max_memories."""
     started = time.perf_counter()
-    turns = _recent_turns(q.recent, settings("recall.recent_turns"))
-    recent = _recent_texts(turns)
+    core_rows, length, now, greeting = await store.read(
+        lambda conn: _chat_state(conn, chat_id, settings("recall.in_prompt_tokens")))
+    lexical = await indexes.lexical.get(chat_id)
+    plan = await _plan(q, settings, now=now, store=store, chat_id=chat_id, lexical=lexical)
     k = settings("recall.candidates")
-    degraded = None
+    degraded, hnsw, vectors = None, None, []
     try:
         if not embeddings.embedder.ready:  # just started: the model is still loading
             raise EmbedError("the embedding model is still loading")
-        stored = await store.read(lambda conn: stored_turn_vectors(conn, chat_id, turns, embeddings.id)) \
-            if turns else None
-        qvec = await query_vector(embeddings, q.query, recent, stored)
+        max_tokens = settings("recall.max_query_tokens")
+        vectors = list(await asyncio.gather(*(embeddings.embed_query(last_tokens(part, max_tokens))
+                                              for part in plan.parts)))
     except EmbedError as exc:  # the embedding API is down: keywords still work
-        qvec, degraded = None, f"vector search unavailable: {exc.message}"
+        degraded = f"vector search unavailable: {exc.message}"
     embed_ms = (time.perf_counter() - started) * 1000
-    vec_hits: list[tuple[str, float]] = []
-    hnsw = None
-    if qvec is not None:
+    if vectors:
         # After a restart the HNSW index may still be loading: answer from keywords rather than wait.
         hnsw = await indexes.vectors.get_within(chat_id, INDEX_WAIT_S)
         if hnsw is None:
-            degraded = "the vector index is still loading: keyword results only"
-        else:
-            vec_hits = hnsw.query(qvec, k)
-    # Keywords come from the user's input alone: recent turns in BM25 drag in near-copies of the last
-    # reply. They only stand in when the input is empty (continue, regenerate).
-    lex_text = q.query if q.query.strip() else (recent[0] if recent else "")
-    lex_hits = (await indexes.lexical.get(chat_id)).search(lex_text, k) if lex_text.strip() else []
-    result = rank(
-        vec_hits, lex_hits, await store.read(lambda conn: _fetch(conn, chat_id, list(
-            dict.fromkeys([n for n, _ in vec_hits] + [n for n, _ in lex_hits])), settings("recall.in_prompt_tokens"))),
-        settings=settings, max_memories=q.max_memories + (settings("recall.rerank_pool") if reranker else 0),
-        vectors=lambda ids: hnsw.vectors([i for i in ids if i in hnsw]) if hnsw else None)
+            degraded, vectors = "the vector index is still loading: keyword results only", []
+    w_lex, w_vec = settings("recall.lexical_weight"), settings("recall.vector_weight")
+    rankings: list[Ranking] = []
+    for i, part in enumerate(plan.parts):
+        if part.strip():
+            rankings.append(Ranking(f"lex{i}", w_lex, *_split(lexical.search(part, k))))
+        if vectors and hnsw is not None:
+            rankings.append(Ranking(f"vec{i}", w_vec, *_split(hnsw.query(vectors[i], k))))
+    topic_vec = vectors[0] if len(vectors) == 1 else (
+        _unit(np.sum(vectors, axis=0)) if vectors else None)
+    extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)
+    timed = await time_ranking(plan, weight=settings("recall.time_weight"), **extra)
+    rankings += [timed] if timed else []
+    fused = fuse(rankings)
+    found = found_by_search(rankings, settings)
+    seeds = sorted(found, key=lambda n: (-fused[n], n))
+    graph = await graph_ranking(seeds, plan, weight=settings("recall.graph_weight"), **extra)
+    if graph is not None:
+        rankings.append(graph)
+        fused = fuse(rankings)
+    share = settings("recall.neighbour_share")
+    neighbour_of = await neighbours(store, chat_id, seeds[:NEIGHBOUR_SEEDS]) if share > 0 else {}
+    for neighbour in neighbour_of:
+        fused.setdefault(neighbour, 0.0)
+    rows = {r["id"]: r for r in await store.read(
+        lambda conn: nodes_by_ids(conn, chat_id, list(fused), columns=_COLUMNS, where="AND archived = 0"))}
+    rows = {n: r for n, r in rows.items() if r["type"] not in CORE_TYPES}
+    # Memories still in the prompt's chat history are not injected again: the last N messages, and a short
+    # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
+    skip_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
+    scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting,
+                        settings=settings)
+    lift_neighbours(scores, neighbour_of, share)
+    scores = relevant(scores, found, settings("recall.min_similarity"))
+    limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
+    result = order(scores, rows, limit=limit, duplicate_similarity=settings("recall.duplicate_similarity"),
+                   vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None)
     if reranker is not None:
-        result, why = await reranker(result, q.query, recent)
+        result, why = await reranker(result, plan.text, [])
         degraded = degraded or why
+    core = _core(core_rows)
     lang = settings("recall.language")
     if lang == "auto":
-        lang = detect_language([q.query] + recent + [s.node.label for s in result[:5]])
-    text, placed = render_block([s.node for s in result], q.budget_tokens, lang)
+        lang = detect_language([q.query] + [s.node.label for s in result[:5]])
+    text, placed = render_block([s.node for s in core], q.budget_tokens, lang, evidence=[s.node for s in result],
+                                directive_share=settings("recall.directive_share"), today=now)
     placed_ids = {n.id for n in placed}
-    chosen = [s for s in result if s.node.id in placed_ids]
+    # In the block's order: the core sections come before the evidence.
+    chosen = [s for s in core if s.node.id in placed_ids] + [s for s in result if s.node.id in placed_ids]
     if chosen:
-        ids = [s.node.id for s in chosen]
-        now = time.time()
-        store.write_nowait(lambda conn: conn.executemany(
-            # DNA reinforcement: each injection adds weight (capped at 1). Not journaled: not message-derived.
-            "UPDATE nodes SET access_count = access_count + 1, last_access = ?, weight = min(1.0, weight + ?)"
-            " WHERE id = ?",
-            [(now, REINFORCE_STEP, i) for i in ids]))
+        _reinforce(store, [s.node.id for s in chosen])
     return {
         "text": text,
         "tokens": count_tokens(text),
         "language": lang,
-        "memories": [{
-            "id": s.node.id, "type": s.node.type, "label": s.node.label, "score": round(s.score, 4),
-            "pinned": s.node.pinned, "core": s.core, "score_parts": {k: round(v, 4) for k, v in s.parts.items()},
-            "seq_range": [s.node.seq_from, s.node.seq_to] if s.node.seq_from is not None else None,
-        } for s in chosen],
+        "memories": [_memory_json(s) for s in chosen],
+        "query": {"text": plan.text, "parts": plan.parts,
+                  **({"time": plan.time.expression} if plan.time is not None else {})},
         "took_ms": round((time.perf_counter() - started) * 1000, 2),
         "embed_ms": round(embed_ms, 2),
         **({"degraded": degraded} if degraded else {}),
     }
 
 
-def drop_near_duplicates(scored: list[Scored], vectors, threshold: float) -> list[Scored]:
-    """Greedy diversity: skip a memory almost identical (cosine >= threshold) to a better one kept."""
-    ids = [s.node.id for s in scored]
-    matrix = vectors(ids) if vectors and len(ids) > 1 else None
-    if matrix is None or len(matrix) != len(ids):
-        return scored
-    kept, kept_rows = [], []
-    for row, item in zip(matrix, scored):
-        if kept_rows and float(np.max(np.asarray(kept_rows) @ row)) >= threshold:
-            continue
-        kept.append(item)
-        kept_rows.append(row)
-    return kept
+def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:
+    return [n for n, _ in hits], dict(hits)
 
 
-def _row_has_content(row) -> bool:
-    # Only name anchors (characters, entities, places) can lack content: parse just those.
-    return row["type"] not in ("character", "entity", "location") or has_content(orjson.loads(row["fields"]))
+def _unit(vec: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vec))
+    return vec / norm if norm else vec
 
 
-def rank(vec_hits, lex_hits, fetched, *, settings, max_memories: int, vectors=None) -> list[Scored]:
-    """Fuse the rankings, gate weak matches, add importance and recency; core memories first.
-    Scores come from the raw rows; Node objects are built only for the memories that can make the cut."""
-    core_rows, rows, length, greeting = fetched
-    by_id = {r["id"]: r for r in rows}
-    # Memories of messages still in the prompt are not injected again: the last N messages, and a short
-    # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
-    exclude_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
-    w_vec, w_lex = settings("recall.vector_weight"), settings("recall.lexical_weight")
-    w_imp, w_rec = settings("recall.importance_weight"), settings("recall.recency_weight")
-    min_sim, min_bm25 = settings("recall.min_similarity"), settings("recall.min_bm25")
-    if len(vec_hits) >= 5:
-        min_sim = max(min_sim, float(np.median([s for _, s in vec_hits])) + settings("recall.vector_margin"))
-    best = (w_vec + w_lex) / (RRF_K + 1) or 1.0
-    sims = dict(vec_hits)
-    bm25 = dict(lex_hits)
-    fusion: dict[str, float] = {}
-    for weight, hits in ((w_vec, vec_hits), (w_lex, lex_hits)):
-        for rank_, (node_id, _) in enumerate(hits):
-            fusion[node_id] = fusion.get(node_id, 0.0) + weight / (RRF_K + rank_ + 1)
+def _vectors(index, ids: list[str]) -> dict[str, np.ndarray]:
+    known = [n for n in ids if n in index]
+    return dict(zip(known, index.vectors(known))) if known else {}
 
-    def recency(seq_to) -> float:
-        if seq_to is None or length == 0:
-            return 0.5
-        return 1.0 / (1.0 + max(0, length - 1 - seq_to) / 100.0)
 
-    candidates = []
-    for node_id, fused in fusion.items():
-        row = by_id.get(node_id)
-        if row is None or row["pinned"] or row["type"] in CORE_TYPES:
-            continue
-        if row["seq_from"] is not None and (row["seq_from"] >= exclude_from or row["seq_to"] < greeting):
-            continue  # still in the prompt's chat history
-        sim, lex = sims.get(node_id, 0.0), bm25.get(node_id, 0.0)
-        if (sim < min_sim and lex < min_bm25) or not _row_has_content(row):
-            continue
-        parts = {"vector": sim, "lexical": lex, "fusion": fused / best, "importance": row["importance"] / 10,
-                 "recency": recency(row["seq_to"])}
-        # DNA weight: a memory left unused for long fades in rank before it is ever forgotten.
-        score = (parts["fusion"] + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * row["weight"])
-        candidates.append((score, node_id, parts))
-    candidates.sort(key=lambda c: (-c[0], c[1]))
-    # Near-duplicates are dropped before the cut; room for them is kept by looking a little further.
-    scored = [Scored(node_from_row(by_id[node_id]), score, parts)
-              for score, node_id, parts in candidates[:max_memories * 3]]
-    in_index = [s for s in scored if s.parts["vector"] > 0]
-    if vectors is not None and len(in_index) > 1:
-        unique = {s.node.id for s in drop_near_duplicates(in_index, vectors,
-                                                          settings("recall.duplicate_similarity"))}
-        scored = [s for s in scored if s.parts["vector"] == 0 or s.node.id in unique]
-    core = []
-    for row in core_rows:
-        node = node_from_row(row)
-        parts = {"vector": sims.get(node.id, 0.0), "lexical": bm25.get(node.id, 0.0), "fusion": 0.0,
-                 "importance": node.importance / 10, "recency": recency(node.seq_to)}
-        core.append(Scored(node, 1.0 + node.importance / 10 + (1.0 if node.pinned else 0.0), parts, core=True))
+def _core(rows) -> list[Scored]:
+    """Pinned memories first (the user chose them), then rules, the synopsis and directives by importance."""
+    core = [Scored(node_from_row(r), 1.0 + r["importance"] / 10 + (1.0 if r["pinned"] else 0.0), {}, core=True)
+            for r in rows]
     core.sort(key=lambda s: (-s.score, s.node.id))
-    return (core + scored)[:max_memories]
+    return core
+
+
+def _reinforce(store: Store, ids: list[str]) -> None:
+    now = time.time()
+    store.write_nowait(lambda conn: conn.executemany(
+        # DNA reinforcement: each injection adds weight (capped at 1). Not journaled: not message-derived.
+        "UPDATE nodes SET access_count = access_count + 1, last_access = ?, weight = min(1.0, weight + ?)"
+        " WHERE id = ?", [(now, REINFORCE_STEP, i) for i in ids]))
+
+
+def _memory_json(s: Scored) -> dict:
+    return {"id": s.node.id, "type": s.node.type, "label": s.node.label, "score": round(s.score, 4),
+            "pinned": s.node.pinned, "core": s.core, "score_parts": {k: round(v, 4) for k, v in s.parts.items()},
+            "seq_range": [s.node.seq_from, s.node.seq_to] if s.node.seq_from is not None else None}
+
+
+__all__ = ["RecallQuery", "recall", "clean_input", "greeting_in_prompt"]

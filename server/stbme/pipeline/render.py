@@ -1,14 +1,22 @@
 """Render chosen memories as the block injected into the prompt, in the chat's language, within a
-token budget (cl100k_base): never over it."""
+token budget (cl100k_base): never over it.
+
+What goes in, in turn: pinned memories, rules and the synopsis (always considered first); the user's
+directives, within their share of the budget and each said once; then the evidence, best first, as long as
+it fits. How it reads: fixed sections, past events in story order with their story date ("[Mar 4]"), so the
+same memories always render to the same text (a provider's prompt cache can hold it)."""
 
 from __future__ import annotations
 
 import functools
 import re
 
+import datetime as dt
+
 from ..graph.model import Node, field_text
 from ..graph.schema import NODE_TYPES
 from ..tokens import count_tokens, fit_tokens
+from .timeline import format_story_date
 
 # Pinned memories first (the user chose them), then the user's directives and the story's rules.
 SECTION_ORDER = ("pinned", "directives", "rules", "state", "episodic", "reflective", "other")
@@ -56,11 +64,23 @@ def section_of(node: Node) -> str:
     return "pinned" if node.pinned and section != "directives" else section
 
 
-def render_line(node: Node, lang: str) -> str:
-    """One memory as a bullet line."""
+def story_day(node: Node) -> dt.date | None:
+    day = (node.story_time or {}).get("date") if isinstance(node.story_time, dict) else None
+    try:
+        return dt.date.fromisoformat(day) if isinstance(day, str) else None
+    except ValueError:
+        return None
+
+
+def render_line(node: Node, lang: str, today: dt.date | None = None) -> str:
+    """One memory as a bullet line; an event says when it happened (its story date, else its message)."""
     f = node.fields
     if node.type == "event":
-        where = f"[{HEADINGS[lang]['message']} {node.seq_from}] " if node.seq_from is not None else ""
+        day = story_day(node)
+        if day is not None:
+            where = f"[{format_story_date(day, lang, today)}] "
+        else:
+            where = f"[{HEADINGS[lang]['message']} {node.seq_from}] " if node.seq_from is not None else ""
         speaker = f"{f['speaker']}: " if f.get("speaker") else ""
         body = field_text(f.get("title")) + (" — " if f.get("title") else "") + field_text(f.get("summary"))
         return f"- {where}{speaker}{body}".strip()
@@ -93,21 +113,32 @@ def has_content(fields: dict) -> bool:
     return any(field_text(v) for k, v in fields.items() if k not in ("name", "speaker"))
 
 
-def render_block(nodes: list[Node], budget_tokens: int, lang: str) -> tuple[str, list[Node]]:
-    """Fit nodes (in priority order) into the budget. Returns the text and the nodes it holds."""
+def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: list[Node] = (),
+                 directive_share: float = 1.0, today: dt.date | None = None) -> tuple[str, list[Node]]:
+    """Fit memories into the budget: `nodes` (the core: pinned, rules, synopsis, directives) first, directives
+    within `directive_share` of the budget and each text once, then `evidence` in rank order. Returns the
+    text and the memories it holds."""
     h = HEADINGS[lang]
     line_cap = max(40, budget_tokens // 3)
     chosen: list[tuple[Node, str]] = []
     used = _fixed_tokens(h["title"])
+    directive_room = int(budget_tokens * directive_share)
+    directive_used = 0
+    said: set[str] = set()
     sections_used: set[str] = set()
-    for node in nodes:
-        line, line_tokens = fit_tokens(render_line(node, lang), line_cap)
+    for node in [*nodes, *evidence]:
+        line, line_tokens = fit_tokens(render_line(node, lang, today), line_cap)
         section = section_of(node)
         cost = line_tokens + 1
         if section not in sections_used:
             cost += _fixed_tokens(h[section]) + 2
         if used + cost > budget_tokens:
             continue  # a shorter, lower-ranked memory may still fit
+        if section == "directives":
+            if line in said or directive_used + cost > directive_room:
+                continue  # the same instruction twice, or directives would crowd out the evidence
+            said.add(line)
+            directive_used += cost
         chosen.append((node, line))
         sections_used.add(section)
         used += cost
@@ -126,7 +157,8 @@ def _assemble(chosen: list[tuple[Node, str]], h: dict) -> str:
         if not lines:
             continue
         if section == "episodic":  # story order reads better than score order
-            lines.sort(key=lambda item: (item[0].seq_from if item[0].seq_from is not None else 1 << 60))
+            lines.sort(key=lambda item: (item[0].seq_from if item[0].seq_from is not None else 1 << 60,
+                                         item[0].id))
         parts.append("")
         parts.append(h[section])
         parts.extend(line for _, line in lines)

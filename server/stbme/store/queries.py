@@ -66,6 +66,12 @@ def count_active_nodes(conn: sqlite3.Connection, chat_id: str) -> int:
     return conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0", (chat_id,)).fetchone()[0]
 
 
+def count_events(conn: sqlite3.Connection, chat_id: str, limit: int) -> int:
+    """Active event memories of the chat, counted up to `limit` (an index range scan that stops there)."""
+    return conn.execute("SELECT count(*) FROM (SELECT 1 FROM nodes WHERE chat_id = ? AND archived = 0"
+                        " AND type = 'event' LIMIT ?)", (chat_id, limit)).fetchone()[0]
+
+
 def count_unembedded(conn: sqlite3.Connection, chat_id: str, embedder_id: str) -> int:
     """Active nodes of the chat without a vector from this embedder."""
     return conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND"
@@ -160,20 +166,6 @@ def unembedded_nodes(conn: sqlite3.Connection, chat_id: str, embedder_id: str, l
                         (chat_id, embedder_id, limit)).fetchall()
 
 
-def last_message_hashes(conn: sqlite3.Connection, chat_id: str, count: int) -> dict[str, int]:
-    """hash -> index of the chat's last `count` messages."""
-    start = max(0, message_count(conn, chat_id) - count)
-    return {r[1]: r[0] for r in conn.execute(
-        "SELECT idx, hash FROM messages WHERE chat_id = ? AND idx >= ?", (chat_id, start))}
-
-
-def newest_event_vectors(conn: sqlite3.Connection, chat_id: str, limit: int) -> list[sqlite3.Row]:
-    """(seq_from, embedding, embedder) of the chat's newest event memories, read backwards along the
-    index (no scan of the chat)."""
-    return conn.execute("SELECT seq_from, embedding, embedder FROM nodes WHERE chat_id = ? AND archived = 0"
-                        " AND type = 'event' ORDER BY rowid DESC LIMIT ?", (chat_id, limit)).fetchall()
-
-
 def node_rev(conn: sqlite3.Connection, node_id: str) -> int | None:
     row = conn.execute("SELECT rev FROM nodes WHERE id = ?", (node_id,)).fetchone()
     return row[0] if row else None
@@ -189,3 +181,10 @@ def clear_chat_memories(conn: sqlite3.Connection, chat_id: str, processed_upto: 
     for table in ("story_days", "nodes", "edges", "journal", "mentions", "repair_loops"):
         conn.execute(f"DELETE FROM {table} WHERE chat_id = ?", (chat_id,))
     conn.execute("UPDATE chats SET processed_upto = ? WHERE chat_id = ?", (processed_upto, chat_id))
+
+
+def latest_send_date(conn: sqlite3.Connection, chat_id: str):
+    """The send_date of the chat's newest message (the chat's "now"), as stored; None when it has none."""
+    row = conn.execute("SELECT send_date FROM messages WHERE chat_id = ? ORDER BY idx DESC LIMIT 1",
+                       (chat_id,)).fetchone()
+    return row[0] if row else None

@@ -1,0 +1,184 @@
+"""The candidates of a recall: ranked lists of memories, before fusion (pipeline/ranking.py).
+
+- Keywords (BM25) and vectors (HNSW) for each part of the question, without thresholds: a weak signal in one
+  list may still be the answer, and fusion weighs the lists.
+- The days the question names: the memories of those days (said then, or naming that day), ranked by the
+  topic words. A question about "the day before the big storm" finds the storm's day first (the day whose
+  memories match the phrase best), then the day before.
+- The graph around the first hits: the memories of the people and things they name (less known names only:
+  the main characters are in everything), ranked by the topic; multi-hop evidence is found this way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import numpy as np
+import orjson
+
+from ..index import ChatIndex, LexicalIndex
+from ..store import Store
+from ..store.queries import count_events, nodes_by_ids, nodes_on_days
+from .query import QueryPlan
+from .timeline import DateSpan
+
+ANCHOR_HITS = 30            # keyword hits read to find the day an anchor phrase names
+EXPAND_SEEDS = 8            # first hits whose names are followed
+HUB_DEGREE = 60             # a name in more memories than this is a main character: not followed,
+HUB_SHARE = 0.1             # nor one in more than this share of a short chat's events (at least HUB_FLOOR)
+HUB_FLOOR = 8
+EXPANDED_PER_NAME = 40
+
+
+@dataclasses.dataclass
+class Ranking:
+    """One ranked list: memory ids best first, with the raw score that ranked them (BM25 or cosine)."""
+    name: str
+    weight: float
+    ids: list[str]
+    scores: dict[str, float]
+
+
+def ranked(name: str, weight: float, scores: dict[str, float], limit: int | None = None) -> Ranking:
+    """A list from raw scores (ties by id), leaving out memories that score nothing."""
+    order = sorted((n for n, v in scores.items() if v > 0), key=lambda n: (-scores[n], n))
+    return Ranking(name, weight, order[:limit] if limit else order, scores)
+
+
+def similarities(index: ChatIndex | None, qvec: np.ndarray | None, ids) -> dict[str, float]:
+    """Exact cosine of these memories to the query vector (those in the index)."""
+    if index is None or qvec is None:
+        return {}
+    known = [n for n in ids if n in index]
+    if not known:
+        return {}
+    return dict(zip(known, (index.vectors(known) @ qvec).tolist()))
+
+
+def by_topic(name: str, weight: float, ids, *, lexical: LexicalIndex, index: ChatIndex | None,
+             qvec: np.ndarray | None, topic: str, rrf_k: int) -> Ranking:
+    """Rank a given set of memories by the topic: their keyword and vector rankings fused."""
+    ids = list(ids)
+    lex = ranked("lex", 2.0, lexical.score_docs(topic, ids)) if topic.strip() else None
+    vec = ranked("vec", 1.0, similarities(index, qvec, ids))
+    fused: dict[str, float] = {}
+    for part in (lex, vec):
+        for r, node_id in enumerate(part.ids if part else ()):
+            fused[node_id] = fused.get(node_id, 0.0) + part.weight / (rrf_k + r + 1)
+    return ranked(name, weight, fused)
+
+
+async def anchor_day(store: Store, chat_id: str, lexical: LexicalIndex, phrase: str) -> dt.date | None:
+    """The day an event phrase names ("the big storm"): the day whose memories match it best, summed over
+    them (an event is talked about most on its own day, and mentioned in passing on others)."""
+    hits = dict(lexical.search(phrase, ANCHOR_HITS))
+    if not hits:
+        return None
+    rows = await store.read(lambda conn: nodes_by_ids(conn, chat_id, list(hits), columns="id, story_time"))
+    per_day: dict[str, float] = {}
+    for row in rows:
+        day = (orjson.loads(row["story_time"]) or {}).get("date") if row["story_time"] else None
+        if isinstance(day, str):
+            per_day[day] = per_day.get(day, 0.0) + hits[row["id"]]
+    if not per_day:
+        return None
+    best = max(per_day, key=lambda d: (per_day[d], d))
+    return dt.date.fromisoformat(best)
+
+
+async def memories_of_days(store: Store, chat_id: str, spans: list[DateSpan]) -> dict[str, float]:
+    """Memories of these days: 1 for the day a memory was said on, less for a day its text names (a mention
+    spread over a week counts a seventh); the first span counts most, alternatives less."""
+    weights: dict[str, float] = {}
+    for rank, span in enumerate(spans):
+        rows = await store.read(lambda conn, s=span: nodes_on_days(conn, chat_id, s.start.isoformat(),
+                                                                   s.end.isoformat()))
+        for node_id, _day, mentioned in rows:
+            value = (0.5 if mentioned else 1.0) / (rank + 1)
+            weights[node_id] = max(weights.get(node_id, 0.0), value)
+    return weights
+
+
+async def time_ranking(plan: QueryPlan, *, store: Store, chat_id: str, lexical: LexicalIndex,
+                       index: ChatIndex | None, qvec: np.ndarray | None, weight: float, rrf_k: int) -> Ranking | None:
+    """The memories of the days the question names, ranked by its topic; None when it names no day."""
+    when = plan.time
+    if when is None or weight <= 0 or when.span is None:
+        return None
+    days = await memories_of_days(store, chat_id, [when.span, *when.alternatives[:2]])
+    if not days:
+        return None
+    topical = by_topic("time", weight, days, lexical=lexical, index=index, qvec=qvec, topic=plan.topic, rrf_k=rrf_k)
+    # A memory said on the day outranks one that only names it, at equal topic rank.
+    scores = {n: v * (0.5 + 0.5 * days[n]) for n, v in topical.scores.items()}
+    return ranked("time", weight, scores)
+
+
+def _names_of(conn, chat_id: str, seeds: list[str]) -> dict[str, int]:
+    """The names (character, entity, location anchors) the seeds involve, with how many memories each is in."""
+    marks = ",".join("?" * len(seeds))
+    anchors = [r[0] for r in conn.execute(
+        f"SELECT DISTINCT e.from_id FROM edges e JOIN nodes n ON n.id = e.from_id WHERE e.chat_id = ? AND"
+        f" e.to_id IN ({marks}) AND e.relation = 'involved_in' AND e.invalid_at IS NULL"
+        " AND n.type IN ('character', 'entity', 'location')", (chat_id, *seeds))]
+    degree = {}
+    for anchor in anchors:
+        degree[anchor] = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM edges WHERE chat_id = ? AND from_id = ? AND relation = 'involved_in'"
+            " LIMIT ?)", (chat_id, anchor, HUB_DEGREE + 1)).fetchone()[0]
+    return degree
+
+
+def _members(conn, chat_id: str, anchors: list[str]) -> list[str]:
+    out: list[str] = []
+    for anchor in anchors:
+        out += [r[0] for r in conn.execute(
+            "SELECT to_id FROM edges WHERE chat_id = ? AND from_id = ? AND relation = 'involved_in'"
+            " AND invalid_at IS NULL ORDER BY created_at DESC LIMIT ?", (chat_id, anchor, EXPANDED_PER_NAME))]
+    return out
+
+
+async def graph_ranking(seeds: list[str], plan: QueryPlan, *, store: Store, chat_id: str, lexical: LexicalIndex,
+                        index: ChatIndex | None, qvec: np.ndarray | None, weight: float, rrf_k: int) -> Ranking | None:
+    """Memories of the less common names the first hits involve, ranked by the topic (multi-hop)."""
+    if weight <= 0 or not seeds:
+        return None
+    seeds = seeds[:EXPAND_SEEDS]
+
+    def read(conn):
+        degree = _names_of(conn, chat_id, seeds)
+        hub = min(HUB_DEGREE, max(HUB_FLOOR, int(HUB_SHARE * count_events(conn, chat_id, int(HUB_DEGREE / HUB_SHARE)))))
+        rare = [a for a, d in sorted(degree.items(), key=lambda item: (item[1], item[0])) if d <= hub]
+        return _members(conn, chat_id, rare) if rare else []
+
+    members = set(await store.read(read))
+    if not members - set(seeds):
+        return None
+    # The seeds are ranked with the names' memories: they are their own neighbourhood, and a hit left out of
+    # this list would lose to the memories around it.
+    return by_topic("graph", weight, members | set(seeds), lexical=lexical, index=index, qvec=qvec,
+                    topic=plan.topic, rrf_k=rrf_k)
+
+
+async def neighbours(store: Store, chat_id: str, seeds: list[str]) -> dict[str, str]:
+    """The other memories of each seed's exchange (a user's message and the reply to it: an answer follows
+    its question, a reply needs what it answers): {neighbour id: seed id}, through the `replies_to` edges of
+    the per-message memories, kept only where the later message is not the user's (that starts a new exchange)."""
+    if not seeds:
+        return {}
+
+    def read(conn):
+        marks = ",".join("?" * len(seeds))
+        reply = ("JOIN nodes n ON n.id = e.from_id JOIN messages m ON m.chat_id = e.chat_id AND m.idx = n.seq_from"
+                 " AND m.role != 'user'")
+        before = conn.execute(f"SELECT e.from_id, e.to_id FROM edges e {reply} WHERE e.chat_id = ? AND"
+                              f" e.from_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
+        after = conn.execute(f"SELECT e.to_id, e.from_id FROM edges e {reply} WHERE e.chat_id = ? AND"
+                             f" e.to_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
+        return [(r[1], r[0]) for r in before] + [(r[1], r[0]) for r in after]
+
+    found: dict[str, str] = {}
+    for neighbour, seed in await store.read(read):
+        found.setdefault(neighbour, seed)
+    return found

@@ -1,0 +1,72 @@
+"""The query a recall searches with. The user's new input leads: its roleplay actions (`*I look out of the
+window.*`) are cut, since they match every other message with the same gestures; a question in several
+parts is split, each part searched on its own; recent turns never dilute it, they only lend their names
+when the input refers back to them ("what did she say about it?"); and the time it asks about ("the day
+after the festival", "六天前") is read apart, so the rest is searched as topic words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from typing import Callable
+
+from .heuristic import candidate_names
+from .timeline import QueryTime, query_time
+
+MAX_PARTS = 3
+MIN_CLEAN_CHARS = 6                      # an input that is only an action keeps its action
+_ACTION = re.compile(r"\*[^*\n]{1,600}\*|（[^（）\n]{1,200}）(?=\s*[“\"「])")
+_QUOTES = re.compile(r"[\"“”「」『』]")
+_PRONOUNS_EN = frozenset("he she him her his hers it its they them their that there this those these".split())
+_PRONOUNS_ZH = ("他", "她", "它", "那里", "这里", "那个", "这个", "那儿", "这儿", "那件", "这件", "那时", "那次")
+# A new question after a question mark, a semicolon or a connective: split there (English and Chinese).
+_PART_BREAK = re.compile(r"(?<=[?？;；])\s*|[,，]\s*(?:and|also|plus)\s+(?=(?:what|where|who|when|why|how|did|does|"
+                         r"do|is|was|were|are|can|could)\b)|(?:还有|另外|以及|再说)(?=[\u4e00-\u9fff])", re.I)
+_WORD = re.compile(r"[A-Za-z0-9']+|[\u4e00-\u9fff]")
+
+
+@dataclasses.dataclass
+class QueryPlan:
+    text: str                        # the input without actions: what keywords and the vector search
+    parts: list[str]                 # the sub-questions (at least `[topic]`)
+    topic: str                       # the text without the time expression
+    time: QueryTime | None = None
+    borrowed_names: list[str] = dataclasses.field(default_factory=list)   # from recent turns, for references
+
+
+def clean_input(text: str) -> str:
+    """The input without roleplay actions and quote marks; the input itself when nothing else is left."""
+    cleaned = _QUOTES.sub(" ", _ACTION.sub(" ", text))
+    cleaned = re.sub(r"\s+", " ", cleaned).strip()
+    return cleaned if len(cleaned) >= MIN_CLEAN_CHARS else re.sub(r"\s+", " ", _QUOTES.sub(" ", text)).strip()
+
+
+def split_parts(text: str) -> list[str]:
+    """A question in several parts, each part with enough words to be searched alone (at most 3)."""
+    parts = [p.strip(" ,，") for p in _PART_BREAK.split(text) if p and p.strip(" ,，")]
+    parts = [p for p in parts if len(_WORD.findall(p)) >= 3]
+    return parts[:MAX_PARTS] if len(parts) > 1 else [text]
+
+
+def refers_back(text: str) -> bool:
+    """Does the input lean on something said before (a pronoun, 'there', 那里) and name nobody itself?"""
+    words = {w.lower() for w in re.findall(r"[A-Za-z']+", text)}
+    if words & _PRONOUNS_EN and not candidate_names(text):
+        return True
+    return any(p in text for p in _PRONOUNS_ZH) and not candidate_names(text)
+
+
+def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
+               find_anchor: Callable[[str], dt.date | None] | None = None) -> QueryPlan:
+    """What to search for `text` (the user's new input); `recent` are the last turns, newest first."""
+    cleaned = clean_input(text)
+    borrowed: list[str] = []
+    if cleaned and recent and refers_back(cleaned):
+        borrowed = sorted(candidate_names(clean_input(recent[0])))[:3]
+    when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
+    topic = when.topic if when is not None and when.topic.strip() else cleaned
+    if borrowed:
+        topic = f"{topic} {' '.join(borrowed)}"
+    return QueryPlan(cleaned, split_parts(topic), topic, when, borrowed)

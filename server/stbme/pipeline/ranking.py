@@ -1,0 +1,162 @@
+"""Fusion and the final order of a recall's candidates.
+
+Weighted reciprocal-rank fusion of the candidate lists (keywords, vectors, the days asked about, the graph),
+normalised so 1.0 is "first in every list"; a little importance and recency; the DNA weight (a memory left
+unused fades in rank before it is ever forgotten). Then:
+- the message before or after a strong hit rises to a share of its score (an answer follows its question);
+- one memory per message: the chunks of a long message are one piece of evidence, its best chunk speaks for it;
+- near-duplicates (cosine >= recall.duplicate_similarity) give way to the better one;
+- ties break by node id, so a ranking never depends on insertion order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import orjson
+
+from ..graph.model import Node, node_from_row
+from .candidates import Ranking
+from .render import has_content
+
+RRF_K = 60
+NEIGHBOUR_SEEDS = 10
+
+
+@dataclasses.dataclass
+class Scored:
+    node: Node
+    score: float
+    parts: dict[str, float]
+    core: bool = False
+
+
+def fuse(rankings: list[Ranking], k: int = RRF_K) -> dict[str, float]:
+    """Weighted RRF, normalised: 1.0 for a memory first in every list."""
+    fused: dict[str, float] = {}
+    for r in rankings:
+        for rank, node_id in enumerate(r.ids):
+            fused[node_id] = fused.get(node_id, 0.0) + r.weight / (k + rank + 1)
+    best = sum(r.weight for r in rankings) / (k + 1) or 1.0
+    return {n: v / best for n, v in fused.items()}
+
+
+def _has_content(row) -> bool:
+    # Only name anchors (characters, entities, places) can lack content: parse just those.
+    return row["type"] not in ("character", "entity", "location") or has_content(orjson.loads(row["fields"]))
+
+
+def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, length: int,
+               skip_from: float, skip_before: int, settings: Callable[[str], object]) -> dict[str, tuple[float, dict]]:
+    """The final score of each fused candidate that may be shown: (score, parts). Memories still in the prompt
+    (the last messages, the greeting while the chat is short) and core memories (they have their own
+    place in the block) are left out."""
+    w_imp, w_rec = settings("recall.importance_weight"), settings("recall.recency_weight")
+
+    def recency(seq_to) -> float:
+        if seq_to is None or length == 0:
+            return 0.5
+        return 1.0 / (1.0 + max(0, length - 1 - seq_to) / 100.0)
+
+    raw = {r.name: r.scores for r in rankings}
+    out = {}
+    for node_id, fusion in fused.items():
+        row = rows.get(node_id)
+        if row is None or row["pinned"]:
+            continue
+        seq_from = row["seq_from"]
+        if seq_from is not None and (seq_from >= skip_from or row["seq_to"] < skip_before):
+            continue
+        if not _has_content(row):
+            continue
+        parts = {"fusion": fusion, "importance": row["importance"] / 10, "recency": recency(row["seq_to"]),
+                 "vector": max((raw[n].get(node_id, 0.0) for n in raw if n.startswith("vec")), default=0.0),
+                 "lexical": max((raw[n].get(node_id, 0.0) for n in raw if n.startswith("lex")), default=0.0)}
+        for name in ("time", "graph"):
+            if name in raw and node_id in raw[name]:
+                parts[name] = raw[name][node_id]
+        score = (fusion + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * row["weight"])
+        out[node_id] = (score, parts)
+    return out
+
+
+def found_by_search(rankings: list[Ranking], settings) -> set[str]:
+    """The memories the question itself finds: one that shares no word with it and comes by vector alone
+    must stand out from the vector candidates; one found by keywords alone needs more than a common word;
+    a memory of the days asked about counts as found. Graph and neighbour candidates grow only from these,
+    so a question about nothing in the story recalls nothing."""
+    vector_sims = [v for r in rankings if r.name.startswith("vec") for v in r.scores.values()]
+    floor = settings("recall.min_similarity")
+    if len(vector_sims) >= 5:
+        floor = max(floor, float(np.median(vector_sims)) + settings("recall.vector_margin"))
+    min_bm25 = settings("recall.min_bm25")
+    found: set[str] = set()
+    for r in rankings:
+        if r.name == "time":
+            found.update(r.ids)
+        elif r.name.startswith("vec"):
+            found.update(n for n, v in r.scores.items() if v >= floor)
+        elif r.name.startswith("lex"):
+            found.update(n for n, v in r.scores.items() if v >= min_bm25)
+    return found
+
+
+def relevant(scores: dict[str, tuple[float, dict]], found: set[str], min_similarity: float) -> dict:
+    """What may be shown: what the search found; the neighbours grown from it; the memories the graph reached
+    from it that touch the question's topic at all (a word in common, or a vector above the plain floor)."""
+    def topical(parts) -> bool:
+        return parts["lexical"] > 0 or parts["vector"] >= min_similarity
+
+    return {node_id: value for node_id, value in scores.items()
+            if node_id in found or value[1].get("neighbour") or (value[1].get("graph") and topical(value[1]))}
+
+
+def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[str, str], share: float) -> None:
+    """A neighbour of a strong hit rises to `share` of that hit's score (if it is not higher already)."""
+    if share <= 0:
+        return
+    for neighbour, seed in neighbour_of.items():
+        if neighbour in scores and seed in scores:
+            lifted = share * scores[seed][0]
+            score, parts = scores[neighbour]
+            if lifted > score:
+                scores[neighbour] = (lifted, {**parts, "neighbour": round(lifted - score, 4)})
+
+
+def order(scores: dict[str, tuple[float, dict]], rows: dict, *, limit: int, vectors=None,
+          duplicate_similarity: float = 1.0) -> list[Scored]:
+    """Best first, one memory per message (the per-message memories), near-duplicates left out."""
+    ids = sorted(scores, key=lambda n: (-scores[n][0], n))
+    chosen: list[Scored] = []
+    messages_taken: set[int] = set()
+    for node_id in ids:
+        row = rows[node_id]
+        if row["type"] == "event" and row["source"] == "heuristic" and row["seq_from"] is not None:
+            if row["seq_from"] in messages_taken:
+                continue
+            messages_taken.add(row["seq_from"])
+        chosen.append(Scored(node_from_row(row), *scores[node_id]))
+        if len(chosen) >= limit * 2:
+            break
+    if vectors is not None and duplicate_similarity < 1.0:
+        chosen = drop_near_duplicates(chosen, vectors, duplicate_similarity)
+    return chosen[:limit]
+
+
+def drop_near_duplicates(scored: list[Scored], vectors, threshold: float) -> list[Scored]:
+    """Greedy diversity: skip a memory almost identical (cosine >= threshold) to a better one kept."""
+    ids = [s.node.id for s in scored]
+    matrix = vectors(ids)
+    if matrix is None:
+        return scored
+    kept, kept_rows = [], []
+    for item in scored:
+        row = matrix.get(item.node.id)
+        if row is not None and kept_rows and float(np.max(np.asarray(kept_rows) @ row)) >= threshold:
+            continue
+        kept.append(item)
+        if row is not None:
+            kept_rows.append(row)
+    return kept
