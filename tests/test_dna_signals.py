@@ -138,6 +138,16 @@ def test_ooc_forms():
     assert split_ooc("see http://example.com now")[0] == []  # a URL is not a comment
 
 
+def test_unclosed_openers_are_story_text():
+    """An opener without a closer is no OOC part; the scan goes forward once (a 200,000-character message of
+    unclosed openers took minutes with a lazy match to the end)."""
+    assert split_ooc("(OOC: keep it short") == ([], "(OOC: keep it short")
+    assert split_ooc("(( a (( b )) c")[0] == ["a (( b"]
+    text = "((a " * 50_000 + "(OOC: keep the replies short)"
+    assert [s.content for s in extract_signals(text)] == ["keep the replies short"]
+    assert extract_signals("[OOC: x " * 25_000) == []
+
+
 def test_scopes():
     text = "Don't rush me. (OOC: we decided the heist is at midnight)\nFrom now on, keep the replies short."
     assert [(s.type, s.source) for s in extract_signals(text, scope="ooc")] == [("decision", "ooc")]

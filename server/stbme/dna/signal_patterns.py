@@ -135,12 +135,16 @@ INSTRUCTION_PATTERNS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# Out-of-character text: (OOC: …), [OOC …], ((…)), // … to the end of the line, a line starting OOC:,
-# and the full-width Chinese forms. Group 1 is the inner text.
-OOC_PATTERNS = (
-    re.compile(r"[(\[（【]\s*OOC\b\s*[:：\-–]?\s*(.+?)\s*[)\]）】]", re.I | re.S),
-    re.compile(r"\(\(\s*(.+?)\s*\)\)", re.S),
-    re.compile(r"（（\s*(.+?)\s*））", re.S),
+# Out-of-character text. Paired forms: (OOC: …), [OOC …], ((…)), （OOC：…）, （（…））, each an opener and
+# the first closer after it (found by a forward scan, never a lazy match to the end: a message of many
+# unclosed openers stays linear). Line forms: // … to the end of the line, a line opened with OOC:.
+# Group 1 of a line form is the inner text.
+OOC_PAIRS = (
+    (re.compile(r"[(\[（【][ \t]*OOC\b[ \t]*[:：\-–]?", re.I), re.compile(r"[)\]）】]")),
+    (re.compile(r"\(\("), re.compile(r"\)\)")),
+    (re.compile(r"（（"), re.compile(r"））")),
+)
+OOC_LINES = (
     re.compile(r"(?:^|(?<=\s))//+[ \t]*(.+?)[ \t]*$", re.M),
     re.compile(r"^[ \t]*OOC[ \t]*[:：\-–][ \t]*(.+?)[ \t]*$", re.M | re.I),
 )

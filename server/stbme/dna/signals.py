@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .signal_patterns import (EMPHASIS_WORDS, INSTRUCTION_PATTERNS, NARRATOR_ADDRESS, NEGATION_WORDS, OOC_PATTERNS,
-                              PROHIBITION, SIGNAL_PATTERNS, SIGNAL_TYPES, STORY_MARKUP, STRONG_NARRATION_WORDS,
+from .signal_patterns import (EMPHASIS_WORDS, INSTRUCTION_PATTERNS, NARRATOR_ADDRESS, NEGATION_WORDS, OOC_LINES,
+                              OOC_PAIRS, PROHIBITION, SIGNAL_PATTERNS, SIGNAL_TYPES, STORY_MARKUP, STRONG_NARRATION_WORDS,
                               WEAK_NARRATION_WORDS)
 
 __all__ = ["SIGNAL_TYPES", "SIGNAL_PATTERNS", "SCOPES", "TYPE_PRIORITY", "Signal", "Unit", "split_ooc",
@@ -70,18 +70,32 @@ class Unit:
 
 
 def split_ooc(text: str) -> tuple[list[str], str]:
-    """Out-of-character segments of a message, and the in-character rest."""
+    """Out-of-character segments of a message, and the in-character rest. Linear in the text."""
     segments: list[tuple[int, str]] = []
-    rest = text
-    for pattern in OOC_PATTERNS:
-        def take(match: re.Match) -> str:
+    chars = list(text)
+
+    def blank(start: int, end: int) -> None:  # keep offsets for ordering
+        chars[start:end] = " " * (end - start)
+
+    for opener, closer in OOC_PAIRS:
+        current, pos = "".join(chars), 0
+        while (start := opener.search(current, pos)) is not None:
+            end = closer.search(current, start.end())
+            if end is None:
+                break  # no closer after this opener, so none after a later one
+            inner = current[start.end():end.start()].strip()
+            if inner:
+                segments.append((start.start(), inner))
+            blank(start.start(), end.end())
+            pos = end.end()
+    for pattern in OOC_LINES:
+        for match in list(pattern.finditer("".join(chars))):
             inner = match.group(1).strip()
             if inner:
                 segments.append((match.start(), inner))
-            return " " * (match.end() - match.start())  # keep offsets for ordering
-        rest = pattern.sub(take, rest)
+            blank(match.start(), match.end())
     segments.sort()
-    return [s for _, s in segments], re.sub(r"[ \t]{2,}", " ", rest).strip()
+    return [s for _, s in segments], re.sub(r"[ \t]{2,}", " ", "".join(chars)).strip()
 
 
 def split_units(text: str) -> list[str]:
