@@ -213,3 +213,12 @@ async def test_without_gep_every_signal_is_remembered_and_loops_still_escalate(s
     await ingest(sidecar, "c", chat)
     [loop] = await sidecar.dna.list_loops("c")
     assert (await sidecar.memories.get("c", loop["first_id"]))["pinned"]
+
+
+async def test_a_chinese_correction_in_the_tail_form_fixes_its_target(sidecar):
+    chat = turn("我们聊天。", "她的蓝色眼睛很美。") + turn("（OOC：她的眼睛是绿色的，不是蓝色。）")
+    await ingest(sidecar, "c", chat)
+    [made] = await directives(sidecar, "c", "correction")
+    assert (made["fields"]["wrong"], made["fields"]["right"]) == ("蓝色", "绿色")
+    nodes = (await sidecar.memories.list("c", limit=50))["nodes"]
+    assert any(n["type"] == "event" and n["fields"].get("summary") == "她的绿色眼睛很美。" for n in nodes)

@@ -139,7 +139,7 @@ class SignalStage(BaseStage):
         for plan in plans:
             sig = plan.signal
             event = {"type": sig.type, "confidence": sig.confidence, "message": sig.index, "ooc": sig.ooc,
-                     "outcome": plan.outcome, "node_id": plan.node_id}
+                     "source": sig.source, "outcome": plan.outcome, "node_id": plan.node_id}
             if plan.outcome == "reinforced":
                 node = cs.get_node(plan.node_id)
                 if node is not None:
