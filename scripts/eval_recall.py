@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evalkit import evalset, metrics  # noqa: E402
 from evalkit.embedcache import DEFAULT_DIR, EmbeddingCache  # noqa: E402
 from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
-from evalkit.sidecar import Client, Server  # noqa: E402
+from evalkit.sidecar import Client, Server, parse_settings  # noqa: E402
 
 PRODUCT = "product defaults"
 # Each stage off in turn. Read-path settings are global; write-path ones need the chats ingested again
@@ -75,16 +75,6 @@ NOT_ABLATABLE = (
 
 def log(text: str) -> None:
     click.echo(text, err=True)
-
-
-def parse_settings(pairs) -> dict:
-    out = {}
-    for name, value in pairs:
-        try:
-            out[name] = json.loads(value)
-        except json.JSONDecodeError:
-            out[name] = value
-    return out
 
 
 async def ingest(client: Client, chats: list[dict], suffix: str = "", overrides: dict | None = None) -> None:

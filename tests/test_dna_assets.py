@@ -94,7 +94,7 @@ async def test_builtins_cannot_be_deleted_only_disabled(client):
 
 async def test_disabled_gene_means_the_signal_is_not_remembered(client):
     await client.patch("/v1/dna/genes/gene_decision_record", json={"enabled": False})
-    chat = [{"role": "user", "name": "Alex", "text": "We decided the heist is at midnight."},
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: we decided the heist is at midnight)"},
             {"role": "assistant", "name": "Elena", "text": "Fine."}]
     await full_sync(client, "c", chat)
     sc = client.server.app[services_key]
@@ -129,7 +129,7 @@ async def test_capsules_through_the_api_and_per_chat(client):
 
 async def test_events_list_and_jsonl_export(client):
     sc = client.server.app[services_key]
-    chat = [{"role": "user", "name": "Alex", "text": "We decided the heist is at midnight."},
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: we decided the heist is at midnight)"},
             {"role": "assistant", "name": "Elena", "text": "Fine."}]
     await full_sync(client, "c", chat)
     await settle(sc, "c")

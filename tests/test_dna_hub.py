@@ -36,7 +36,7 @@ async def test_two_sidecars_share_genes_and_capsules(hub, aiohttp_client, tmp_pa
     a = await sidecar_client(aiohttp_client, tmp_path / "a", url, "node-a")
     b = await sidecar_client(aiohttp_client, tmp_path / "b", url, "node-b")
     # a has a chat with content; its heartbeat carries numbers only
-    chat = [{"role": "user", "name": "Alex", "text": "We decided the secret vault code is 4417."},
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: we decided the secret vault code is 4417.)"},
             {"role": "assistant", "name": "Elena", "text": "The code is safe with me."}]
     await full_sync(a, "private", chat)
     await settle(a.server.app[services_key], "private")

@@ -110,7 +110,7 @@ async def make_history(sc):
     """A chat whose signals made directives and events; a user gene with a plan action; a capsule."""
     chat = [{"role": "user", "name": "Alex", "text": "I want slower pacing, don't rush the romance."},
             {"role": "assistant", "name": "Elena", "text": "Alright."},
-            {"role": "user", "name": "Alex", "text": "We decided the heist is at midnight."},
+            {"role": "user", "name": "Alex", "text": "(OOC: we decided the heist is at midnight)"},
             {"role": "assistant", "name": "Elena", "text": "Midnight it is."}]
     await full_sync(sc, "chat/1", chat)
     await settle(sc, "chat/1")

@@ -30,34 +30,48 @@ def unit(*xs):
     return v / np.linalg.norm(v)
 
 
-def test_duplicate_needs_same_type_last_hour_and_090():
+TEXT = "keep the replies short"
+
+
+def test_duplicate_needs_same_type_the_same_hour_090_and_shared_words():
     now = 10_000.0
-    base = Directive("a", "preference", unit(1, 0, 0), now - 100)
-    assert find_duplicate("preference", unit(1, 0.1, 0), [base], now)[0].id == "a"
-    assert find_duplicate("decision", unit(1, 0.1, 0), [base], now) is None          # other type
-    assert find_duplicate("preference", unit(1, 0.6, 0), [base], now) is None        # cosine 0.86
-    old = Directive("b", "preference", unit(1, 0, 0), now - 3601)
-    assert find_duplicate("preference", unit(1, 0, 0), [old], now) is None            # older than an hour
+    base = Directive("a", "preference", unit(1, 0, 0), now - 100, text=TEXT)
+    assert find_duplicate("preference", unit(1, 0.1, 0), TEXT, [base], now)[0].id == "a"
+    assert find_duplicate("decision", unit(1, 0.1, 0), TEXT, [base], now) is None          # other type
+    assert find_duplicate("preference", unit(1, 0.6, 0), TEXT, [base], now) is None        # cosine 0.86
+    old = Directive("b", "preference", unit(1, 0, 0), now - 3601, text=TEXT)
+    assert find_duplicate("preference", unit(1, 0, 0), TEXT, [old], now) is None            # an hour before
+    later = Directive("c", "preference", unit(1, 0, 0), now + 3601, text=TEXT)
+    assert find_duplicate("preference", unit(1, 0, 0), TEXT, [later], now) is None          # or after
+    assert find_duplicate("preference", unit(1, 0, 0), "no violence please", [base], now) is None  # other words
+
+
+def test_word_overlap():
+    assert repair.word_overlap("keep the replies short", "Keep your replies short!") == 1.0
+    assert repair.word_overlap("不要替我的角色说话", "请别替我的角色说话或行动") >= repair.WORD_OVERLAP
+    assert repair.word_overlap("以后请用第三人称来写", "请避免血腥描写") < repair.WORD_OVERLAP
+    assert repair.word_overlap("", "anything") == 0.0
 
 
 def test_loop_partner_needs_correction_or_error_7_days_and_085():
     now = 1_000_000.0
-    earlier = Directive("a", "error", unit(1, 0, 0), now - 6 * 86400)
-    assert find_loop_partner("correction", unit(1, 0.5, 0), [earlier], now)[0].id == "a"   # cosine 0.894
-    assert find_loop_partner("correction", unit(1, 0.7, 0), [earlier], now) is None        # cosine 0.819
-    assert find_loop_partner("preference", unit(1, 0, 0), [earlier], now) is None
-    stale = Directive("b", "error", unit(1, 0, 0), now - 8 * 86400)
-    assert find_loop_partner("error", unit(1, 0, 0), [stale], now) is None
+    earlier = Directive("a", "error", unit(1, 0, 0), now - 6 * 86400, text=TEXT)
+    assert find_loop_partner("correction", unit(1, 0.5, 0), TEXT, [earlier], now)[0].id == "a"   # cosine 0.894
+    assert find_loop_partner("correction", unit(1, 0.7, 0), TEXT, [earlier], now) is None        # cosine 0.819
+    assert find_loop_partner("preference", unit(1, 0, 0), TEXT, [earlier], now) is None
+    stale = Directive("b", "error", unit(1, 0, 0), now - 8 * 86400, text=TEXT)
+    assert find_loop_partner("error", unit(1, 0, 0), TEXT, [stale], now) is None
 
 
 async def test_signals_become_directive_memories_injected_first(sidecar):
     chat = turn("We enter the hall.", "Elena's blue eyes shine in the torchlight.")
     chat += turn(CORRECTION + " I smile at her.")
     chat += turn("I want slower pacing, don't rush the romance.")
-    chat += turn("We decided the heist is at midnight.")
-    chat += turn("You keep forgetting she lost her arm.")
-    chat += turn("First describe the scene, then the dialogue.")
+    chat += turn("(OOC: we decided the heist is at midnight)")
+    chat += turn("// you keep forgetting she lost her arm")
+    chat += turn("((first describe the scene, then the dialogue))")
     chat += turn("I draw my sword.")  # not a signal
+    chat += turn('*I grin.* "We decided to take the long way round."')  # in character: not a signal either
     await ingest(sidecar, "c", chat)
     found = {n["type"]: n for n in await directives(sidecar, "c")}
     assert set(found) == {"correction", "preference", "decision", "error", "workflow"}
@@ -94,21 +108,24 @@ async def test_duplicate_signal_reinforces_instead_of_adding(sidecar):
     assert event["data"]["node_id"] == first["id"] and event["data"]["similarity"] >= 0.9
 
 
+def dated(messages: list[dict], send_date: str) -> list[dict]:
+    return [{**m, "send_date": send_date} for m in messages]
+
+
 async def test_repeated_correction_is_a_repair_loop(sidecar):
-    chat = turn("We talk.", "Elena's blue eyes narrow.") + turn(CORRECTION)
+    chat = dated(turn("We talk.", "Elena's blue eyes narrow.") + turn(CORRECTION), "March 3, 2026 8:00pm")
     await ingest(sidecar, "c", chat)
     [first] = await directives(sidecar, "c", "correction")
-    # two hours later the model makes the same mistake and the user corrects it again
-    await sidecar.store.write(lambda conn: conn.execute(
-        "UPDATE nodes SET created_at = created_at - 7200 WHERE id = ?", (first["id"],)))
-    chat += turn("Go on.", "Her blue eyes sparkle.") + turn("(OOC: no!! her eyes are green, not blue)")
+    # two hours later in the story the model makes the same mistake and the user corrects it again
+    chat += dated(turn("Go on.", "Her blue eyes sparkle.") + turn("(OOC: no!! her eyes are green, not blue)"),
+                  "March 3, 2026 10:00pm")
     await ingest(sidecar, "c", chat)
     both = await directives(sidecar, "c", "correction")
     assert len(both) == 2
     second = next(d for d in both if d["id"] != first["id"])
     [loop] = await sidecar.dna.list_loops("c")
     assert (loop["first_id"], loop["second_id"]) == (first["id"], second["id"])
-    assert loop["similarity"] >= 0.85 and 7000 < loop["time_gap"] < 7300 and loop["status"] == "open"
+    assert loop["similarity"] >= 0.85 and loop["time_gap"] == 7200 and loop["status"] == "open"
     for d in both:  # escalated by the repair_loop gene
         node = await sidecar.memories.get("c", d["id"])
         assert node["pinned"] and node["locked"] and node["importance"] == 10.0
@@ -148,10 +165,10 @@ async def test_reflect_finds_loops_among_manual_directives(sidecar):
 
 async def test_strategy_decides_what_is_remembered(sidecar):
     await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": "conservative"})
-    chat = turn("We decided the heist is at midnight.") + turn("Remember: we decided the guard is bribed, always.")
+    chat = turn("(OOC: we decided the heist is at midnight)") + turn("(OOC: remember, we decided the guard is bribed, always)")
     await ingest(sidecar, "c", chat)
     assert [d["fields"]["content"] for d in await directives(sidecar, "c")] == [
-        "Remember: we decided the guard is bribed, always."]  # 0.8 >= 0.8; the plain 0.7 one is not
+        "remember, we decided the guard is bribed, always"]  # 0.8 >= 0.8; the plain 0.7 one is not
 
 
 async def test_ooc_scope_and_switch(sidecar):
@@ -185,7 +202,7 @@ def test_cosine_handles_zero_vectors():
 async def test_without_gep_every_signal_is_remembered_and_loops_still_escalate(sidecar):
     await sidecar.settings_service.update_chat("c", {"dna.gep_enabled": False})
     await sidecar.dna_assets.edit_gene("gene_decision_record", {"enabled": False})  # genes do not matter without GEP
-    chat = turn("We decided the heist is at midnight.") + turn("We talk.", "Elena's blue eyes narrow.") + turn(CORRECTION)
+    chat = turn("(OOC: we decided the heist is at midnight)") + turn("We talk.", "Elena's blue eyes narrow.") + turn(CORRECTION)
     await ingest(sidecar, "c", chat)
     assert sorted(d["type"] for d in await directives(sidecar, "c")) == ["correction", "decision"]
     assert await sidecar.dna_assets.events(chat_id="c", kind="gene_use") == []
@@ -196,3 +213,12 @@ async def test_without_gep_every_signal_is_remembered_and_loops_still_escalate(s
     await ingest(sidecar, "c", chat)
     [loop] = await sidecar.dna.list_loops("c")
     assert (await sidecar.memories.get("c", loop["first_id"]))["pinned"]
+
+
+async def test_a_chinese_correction_in_the_tail_form_fixes_its_target(sidecar):
+    chat = turn("我们聊天。", "她的蓝色眼睛很美。") + turn("（OOC：她的眼睛是绿色的，不是蓝色。）")
+    await ingest(sidecar, "c", chat)
+    [made] = await directives(sidecar, "c", "correction")
+    assert (made["fields"]["wrong"], made["fields"]["right"]) == ("蓝色", "绿色")
+    nodes = (await sidecar.memories.list("c", limit=50))["nodes"]
+    assert any(n["type"] == "event" and n["fields"].get("summary") == "她的绿色眼睛很美。" for n in nodes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 
 import pytest
@@ -11,24 +12,41 @@ from test_sync_rollback import ingest, line, random_edit, snapshot
 
 SIGNALS = [
     "(OOC: no, her eyes are green, not blue)",
-    "I want slower pacing, don't rush the romance.",
-    "We decided the heist is at midnight.",
-    "You keep forgetting she lost her arm.",
-    "First describe the scene, then the dialogue.",
+    "(OOC: no!! her eyes are green, not blue)",
+    "I want slower pacing, don't rush the romance.",      # a plain command to the story-teller
+    "(OOC: we decided the heist is at midnight)",
+    "// you keep forgetting she lost her arm",
+    "((first describe the scene, then the dialogue))",
     "// from now on, always write in past tense",
-    "她的眼睛不是蓝色的，是绿色的",
-    "Elena is a knight, not a mage.",
+    "（OOC：她的眼睛不是蓝色的，是绿色的）",
+    "(OOC: Elena is a knight, not a mage.)",
+    '"We decided to take the long way round."',           # in character: no directive
 ]
 REPLIES = ["Elena's blue eyes shine.", "Marcus, the mage, bows.", "Her blue cloak and blue eyes.",
            "Elena the mage casts a spell.", "她的蓝色眼睛很美。"]
+START = dt.datetime(2026, 2, 1, 20, 0)
 
 
-def make_chat(rng: random.Random, turns: int) -> list[dict]:
+class StoryClock:
+    """send_dates that move on by minutes to days, so messages fall inside and outside the DNA windows."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.now = rng, START
+
+    def next(self) -> str:
+        self.now += dt.timedelta(minutes=self.rng.choice([3, 20, 50, 90, 60 * 26, 60 * 24 * 4]))
+        hour = self.now.hour % 12 or 12
+        return f"{self.now:%B} {self.now.day}, {self.now.year} {hour}:{self.now.minute:02d}{'pm' if self.now.hour >= 12 else 'am'}"
+
+
+def make_chat(rng: random.Random, turns: int, clock: StoryClock | None = None) -> list[dict]:
     chat = []
     for _ in range(turns):
         user = rng.choice(SIGNALS) if rng.random() < 0.6 else line(rng)
         chat.append({"role": "user", "name": "Alex", "text": user})
         chat.append({"role": "assistant", "name": "Elena", "text": rng.choice(REPLIES) + " " + line(rng)})
+        if clock is not None:
+            chat[-2]["send_date"], chat[-1]["send_date"] = clock.next(), clock.next()
     return chat
 
 
@@ -60,12 +78,12 @@ async def test_editing_the_message_removes_its_directive(sidecar):
             {"role": "assistant", "name": "Elena", "text": "Elena's blue eyes shine."},
             {"role": "user", "name": "Alex", "text": "(OOC: no, her eyes are green, not blue)"},
             {"role": "assistant", "name": "Elena", "text": "Sorry."},
-            {"role": "user", "name": "Alex", "text": "We decided the heist is at midnight."},
+            {"role": "user", "name": "Alex", "text": "(OOC: we decided the heist is at midnight)"},
             {"role": "assistant", "name": "Elena", "text": "Agreed."}]
     before = await ingest(sidecar, "c", chat[:2])
     await ingest(sidecar, "c", chat)
     assert await directive_texts(sidecar, "c") == [
-        ("correction", "no, her eyes are green, not blue"), ("decision", "We decided the heist is at midnight.")]
+        ("correction", "no, her eyes are green, not blue"), ("decision", "we decided the heist is at midnight")]
     nodes = (await sidecar.memories.list("c", limit=100))["nodes"]
     assert any("green eyes" in str(n["fields"]) for n in nodes)  # the correction fixed message 1's memory
     # the user edits the correction away: the directive, the fix and the later decision are undone...
@@ -73,7 +91,7 @@ async def test_editing_the_message_removes_its_directive(sidecar):
     await full_sync(sidecar, "c", chat)
     await settle(sidecar, "c")
     # ...and the decision (a later message) is rebuilt
-    assert await directive_texts(sidecar, "c") == [("decision", "We decided the heist is at midnight.")]
+    assert await directive_texts(sidecar, "c") == [("decision", "we decided the heist is at midnight")]
     nodes = (await sidecar.memories.list("c", limit=100))["nodes"]
     assert any("blue eyes" in str(n["fields"]) for n in nodes) and not any("green" in str(n["fields"]) for n in nodes)
     # cutting the chat back restores the graph exactly
@@ -100,13 +118,16 @@ async def test_rollback_removes_repair_loops(sidecar):
     assert not first["pinned"] and not first["locked"] and first["importance"] == 8.0  # escalation undone
 
 
-@pytest.mark.parametrize("seed", [21, 22])
-async def test_random_edits_with_signals_equal_fresh_ingest(sidecar, seed):
+@pytest.mark.parametrize("seed,dated", [(21, False), (22, False), (24, True), (25, True)])
+async def test_random_edits_with_signals_equal_fresh_ingest(sidecar, seed, dated):
+    """Without send_dates (the wall clock decides the windows) and with them (story time)."""
     rng = random.Random(seed)
-    chat = make_chat(rng, 6)
+    clock = StoryClock(rng) if dated else None
+    chat = make_chat(rng, 6, clock)
     await ingest(sidecar, "live", chat)
     for step in range(10):
-        op = random_edit(rng, chat, new_turns=make_chat, edited=lambda r: r.choice(SIGNALS + [line(r)]),
+        op = random_edit(rng, chat, new_turns=lambda r, n: make_chat(r, n, clock),
+                         edited=lambda r: r.choice(SIGNALS + [line(r)]),
                          swiped=lambda r: r.choice(REPLIES) + " (swiped)")
         await full_sync(sidecar, "live", chat)
         await settle(sidecar, "live")

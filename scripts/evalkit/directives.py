@@ -1,7 +1,8 @@
 """Scoring of directive creation on the labelled lines (scripts/data/directives.jsonl).
 
 Each line: {"id", "lang", "register": "ic" | "ooc", "marked": bool (OOC markers: (OOC: …), ((…)), // …),
-"label": "none" | correction | preference | decision | error | workflow, "looks_like"?: a type, "text"}.
+"label": "none" | correction | preference | decision | error | workflow, "looks_like"?: a type, "text",
+"held_out"?: true for lines written before the signal rule and kept out of its tuning}.
 `register` says whose voice it is: "ooc" is the player talking to the story-teller (marked or a plain
 instruction), "ic" is the player's character. Only lines labelled with a type are real instructions.
 
@@ -91,6 +92,13 @@ def table(lines: list[dict], created: dict[str, list[str]], merged: dict[str, st
         rows.append((f"{lang} ooc (all)", [line for line in mine if line["register"] == "ooc"]))
         rows.append((f"{lang} all", mine))
     rows.append(("all", lines))
+    held = [line for line in lines if line.get("held_out")]
+    if held:
+        tuned = [line for line in lines if not line.get("held_out")]
+        for lang in sorted({line["lang"] for line in held}):
+            rows.append((f"held out, {lang}", [line for line in held if line["lang"] == lang]))
+        rows.append(("held out, all", held))
+        rows.append(("tuned on, all", tuned))
     for type_ in TYPES:
         rows.append((f"all, label {type_}", [line for line in lines if line["label"] == type_]))
     head = (f"{'group':<22}{'lines':>6}{'instr':>6}{'made':>6}{'TP':>5}{'FP':>5}  precision  recall"

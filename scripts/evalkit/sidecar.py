@@ -54,6 +54,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def parse_settings(pairs) -> dict:
+    """`--setting NAME VALUE` pairs: VALUE as JSON, else as a plain string."""
+    out = {}
+    for name, value in pairs:
+        try:
+            out[name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name] = value
+    return out
+
+
 class Server:
     """`stbme serve` on a free port with the given data dir and settings (JSON values)."""
 

@@ -348,9 +348,12 @@ SETTINGS: tuple[Setting, ...] = (
       per_chat=True),
     S("dna.signals", True, "bool", "Turn user signals into directive memories (the 'User directives' section).",
       per_chat=True),
-    S("dna.signal_scope", "message", "choice", "Where signals are looked for: the whole user message "
-      "('message') or only its out-of-character parts: (OOC: ...), ((...)), // ... ('ooc').",
-      choices=("message", "ooc"), per_chat=True),
+    S("dna.signal_scope", "instructions", "choice", "Where signals are looked for in a user message: "
+      "'instructions' = its out-of-character parts ((OOC: ...), ((...)), // ..., [OOC ...], OOC: lines, "
+      "（OOC：...）) and plain lines that instruct the story-teller (no dialogue or action, about the replies, "
+      "narration, chapters or your character); 'ooc' = the out-of-character parts only; 'message' = also every "
+      "in-character sentence, as DNA Memory reads text (most in-character look-alikes then become directives).",
+      choices=("instructions", "ooc", "message"), per_chat=True),
     S("dna.capsule", "", "str", "Capsule (named gene bundle with a strategy) used for the chat; empty = every "
       "enabled gene with dna.evolution_strategy.", per_chat=True),
     # DNA hub (optional): share genes and capsules between sidecars, never chat content

@@ -141,7 +141,7 @@ export const CHOICE_LABELS = Object.freeze({
     'embed.provider': { local: 'Local model (bundled, offline)', openai: 'OpenAI-compatible API' },
     'recall.language': { auto: 'Same as the chat', en: 'English', zh: 'Chinese' },
     'dna.evolution_strategy': { balanced: 'Balanced', aggressive: 'Aggressive (remember more)', conservative: 'Conservative (remember less)', cleanup: 'Clean-up (forget faster)' },
-    'dna.signal_scope': { message: 'The whole user message', ooc: 'Out-of-character parts only' },
+    'dna.signal_scope': { instructions: 'Out-of-character parts and commands to the story-teller', ooc: 'Out-of-character parts only', message: 'Every sentence, the story too' },
 });
 
 /**

@@ -1,11 +1,17 @@
 """Signal dedupe and repair loops (DNA Memory v3).
 
-- A signal more than 0.9 similar (cosine of embeddings) to a directive memory of the same type made in the
-  last hour reinforces that memory (+0.1 weight, at most 1) instead of adding another.
-- Corrections or errors more than 0.85 similar and within 7 days of each other form a repair loop: the
+- A signal more than 0.9 similar to a directive memory of the same type said within the hour before or
+  after it reinforces that memory (+0.1 weight, at most 1) instead of adding another.
+- Corrections or errors more than 0.85 similar and said within 7 days of each other form a repair loop: the
   model keeps making the same mistake (the plan looks at errors only; in a roleplay the repeated mistake
   is as often corrected as complained about). The loop (both memory ids, similarity, time gap) is recorded and
   the memories are escalated (by the `repair_loop` gene: pin, lock, raise importance).
+
+"Said" is story time: the `send_date` of the message a directive came from (`story_clock`), the wall
+clock only for directives without one. "Similar" is the cosine of the embeddings, and the two texts must
+also share at least WORD_OVERLAP of their words (Dice over `tokenize`'s terms): the local model puts two
+different Chinese instructions above 0.9 more often than not, so the cosine alone merged instructions that
+had nothing in common (measured in scripts/eval_directives.py).
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ import orjson
 
 from ..errors import NotFound
 from ..graph.changes import ChangeSet
+from ..index.lexical import tokenize
 from ..store import journal
 from ..store.events import record_event
 from .signals import SIGNAL_TYPES
+from .story_clock import send_date_seconds
 from .strategy import DAY
 
 DEDUPE_SIMILARITY = 0.9
@@ -30,6 +38,7 @@ DEDUPE_WINDOW_S = 3600.0
 LOOP_SIMILARITY = 0.85
 LOOP_WINDOW_S = 7 * DAY
 LOOP_TYPES = ("correction", "error")
+WORD_OVERLAP = 0.4
 
 
 @dataclasses.dataclass
@@ -38,8 +47,9 @@ class Directive:
     id: str
     type: str
     vector: np.ndarray
-    created_at: float
+    moment: float                 # story time it was said (seconds), or when it was made
     seq_from: int | None = None
+    text: str = ""
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -47,43 +57,65 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (na * nb)) if na and nb else 0.0
 
 
-def load_directives(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *, since: float,
+def word_overlap(a: str, b: str) -> float:
+    """Dice coefficient of the two texts' search terms (Latin words, CJK bigrams)."""
+    ta, tb = set(tokenize(a)), set(tokenize(b))
+    return 2 * len(ta & tb) / (len(ta) + len(tb)) if ta and tb else 0.0
+
+
+def similar(vector: np.ndarray, text: str, other: Directive) -> float | None:
+    """The cosine to `other`, or None when the texts share too few words to be the same thing."""
+    if word_overlap(text, other.text) < WORD_OVERLAP:
+        return None
+    return cosine(vector, other.vector)
+
+
+def load_directives(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *, types=SIGNAL_TYPES,
                     before_index: int | None = None) -> list[Directive]:
-    """Active directive memories made since `since` that have a vector from this embedder; with
-    `before_index`, only those not derived from messages at or after it (manual ones count)."""
+    """Active directive memories of `types` that have a vector from this embedder, with the story time of
+    the message each came from; with `before_index`, only those not derived from messages at or after it
+    (manual ones count)."""
     rows = conn.execute(
-        f"SELECT id, type, embedding, created_at, seq_from FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
-        f" ({','.join('?' * len(SIGNAL_TYPES))}) AND created_at >= ? AND embedding IS NOT NULL AND embedder = ?"
-        " AND (? IS NULL OR seq_from IS NULL OR seq_from < ?) ORDER BY created_at, rowid",
-        (chat_id, *SIGNAL_TYPES, since, embedder_id, before_index, before_index)).fetchall()
-    return [Directive(r["id"], r["type"], np.frombuffer(r["embedding"], dtype=np.float32), r["created_at"],
-                      r["seq_from"]) for r in rows]
+        f"SELECT n.id, n.type, n.embedding, n.created_at, n.seq_from, n.fields, m.send_date FROM nodes n"
+        f" LEFT JOIN messages m ON m.chat_id = n.chat_id AND m.idx = n.seq_from"
+        f" WHERE n.chat_id = ? AND n.archived = 0 AND n.type IN ({','.join('?' * len(types))})"
+        " AND n.embedding IS NOT NULL AND n.embedder = ? AND (? IS NULL OR n.seq_from IS NULL OR n.seq_from < ?)"
+        " ORDER BY n.seq_from, n.rowid",
+        (chat_id, *types, embedder_id, before_index, before_index)).fetchall()
+    out = []
+    for r in rows:
+        moment = send_date_seconds(r["send_date"])
+        out.append(Directive(r["id"], r["type"], np.frombuffer(r["embedding"], dtype=np.float32),
+                             r["created_at"] if moment is None else moment, r["seq_from"],
+                             str(orjson.loads(r["fields"]).get("content", ""))))
+    return out
 
 
-def find_duplicate(type_: str, vector: np.ndarray, directives: list[Directive], now: float) -> tuple[Directive, float] | None:
-    """The most similar directive of the same type from the last hour at > 0.9, if any (the plan's bounds,
-    both strict: created after now - 3600, similarity above 0.9)."""
+def find_duplicate(type_: str, vector: np.ndarray, text: str, directives: list[Directive],
+                   moment: float) -> tuple[Directive, float] | None:
+    """The most similar directive of the same type said within an hour at > 0.9, if any (the plan's
+    bounds, both strict)."""
     best = None
     for d in directives:
-        if d.type != type_ or now - d.created_at >= DEDUPE_WINDOW_S:
+        if d.type != type_ or abs(moment - d.moment) >= DEDUPE_WINDOW_S:
             continue
-        sim = cosine(vector, d.vector)
-        if sim > DEDUPE_SIMILARITY and (best is None or sim > best[1]):
+        sim = similar(vector, text, d)
+        if sim is not None and sim > DEDUPE_SIMILARITY and (best is None or sim > best[1]):
             best = (d, sim)
     return best
 
 
-def find_loop_partner(type_: str, vector: np.ndarray, directives: list[Directive], now: float,
+def find_loop_partner(type_: str, vector: np.ndarray, text: str, directives: list[Directive], moment: float,
                       exclude: set[str] = frozenset()) -> tuple[Directive, float] | None:
-    """For a correction or error: the most similar correction/error of the last 7 days at > 0.85."""
+    """For a correction or error: the most similar correction/error said within 7 days at > 0.85."""
     if type_ not in LOOP_TYPES:
         return None
     best = None
     for d in directives:
-        if d.type not in LOOP_TYPES or d.id in exclude or now - d.created_at >= LOOP_WINDOW_S:
+        if d.type not in LOOP_TYPES or d.id in exclude or abs(moment - d.moment) >= LOOP_WINDOW_S:
             continue
-        sim = cosine(vector, d.vector)
-        if sim > LOOP_SIMILARITY and (best is None or sim > best[1]):
+        sim = similar(vector, text, d)
+        if sim is not None and sim > LOOP_SIMILARITY and (best is None or sim > best[1]):
             best = (d, sim)
     return best
 
@@ -109,17 +141,27 @@ def loop_exists(conn: sqlite3.Connection, chat_id: str, a: str, b: str) -> bool:
                         " (first_id = ? AND second_id = ?))", (chat_id, a, b, b, a)).fetchone() is not None
 
 
+def story_now(conn: sqlite3.Connection, chat_id: str, wall_clock: float) -> float:
+    """The chat's present in story time: its newest message's `send_date`, else the wall clock."""
+    row = conn.execute("SELECT send_date FROM messages WHERE chat_id = ? ORDER BY idx DESC LIMIT 1",
+                       (chat_id,)).fetchone()
+    moment = send_date_seconds(row["send_date"]) if row is not None else None
+    return wall_clock if moment is None else moment
+
+
 def scan_loops(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *, now: float) -> list[tuple[str, str, float, float]]:
-    """The seed's detect_repair_loop over stored memories: pairs of corrections/errors of the last 7 days
-    at > 0.85 not yet recorded, as (earlier id, later id, similarity, time gap)."""
-    items = [d for d in load_directives(conn, chat_id, embedder_id, since=now - LOOP_WINDOW_S)
-             if d.type in LOOP_TYPES and now - d.created_at < LOOP_WINDOW_S]
+    """The seed's detect_repair_loop over stored memories: pairs of corrections/errors of the story's last
+    7 days at > 0.85 not yet recorded, as (earlier id, later id, similarity, time gap)."""
+    present = story_now(conn, chat_id, now)
+    items = [d for d in load_directives(conn, chat_id, embedder_id, types=LOOP_TYPES)
+             if present - d.moment < LOOP_WINDOW_S]
     found = []
     for i, later in enumerate(items):
         for earlier in items[:i]:
-            sim = cosine(later.vector, earlier.vector)
-            if sim > LOOP_SIMILARITY and not loop_exists(conn, chat_id, earlier.id, later.id):
-                found.append((earlier.id, later.id, sim, later.created_at - earlier.created_at))
+            sim = similar(later.vector, later.text, earlier)
+            if sim is not None and sim > LOOP_SIMILARITY and abs(later.moment - earlier.moment) < LOOP_WINDOW_S \
+                    and not loop_exists(conn, chat_id, earlier.id, later.id):
+                found.append((earlier.id, later.id, sim, later.moment - earlier.moment))
     return found
 
 

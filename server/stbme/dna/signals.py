@@ -1,9 +1,18 @@
 """Signals: the user steering the story. Pure functions, no I/O.
 
-A user message is cut into units: its out-of-character parts (`(OOC: …)`, `((…))`, `// …` lines) and the
-sentences of the rest. Each unit is matched against the DNA Memory patterns (the seed's Chinese ones,
-verbatim, plus English equivalents written for roleplay) and scored with the seed's confidence rule:
-base 0.7, +0.05 per emphasis word present, +0.1 if a negation is present, capped at 0.98.
+A user message is cut into units, by the chat's `dna.signal_scope`:
+- `instructions` (default): its out-of-character parts ((OOC: …), ((…)), // …, [OOC …], a line opened
+  with OOC:, （OOC：…）, （（…））), each one unit, and every plain line that is a command to the story-teller
+  (no dialogue or action markup, and it talks about the telling: replies, narration, chapters, "my
+  character", or it opens with "Correction:" / 更正). In-character text makes no unit.
+- `ooc`: the out-of-character parts only.
+- `message`: those, and every sentence of the in-character rest (the plan reads the whole text).
+
+Each unit is matched against the patterns (`signal_patterns`); text addressed to the story-teller also
+against the wider instruction patterns, where any request is a preference. `extract_signals` gives a
+signal for every matching pattern (the plan's count); `best_per_unit` keeps one per unit, the most
+confident, then by TYPE_PRIORITY. Confidence is the plan's rule, on the unit's text: 0.7, +0.05 per
+emphasis word present, +0.1 if a negation is present, at most 0.98.
 """
 
 from __future__ import annotations
@@ -11,90 +20,26 @@ from __future__ import annotations
 import dataclasses
 import re
 
-SIGNAL_TYPES = ("correction", "preference", "decision", "error", "workflow")
+from .signal_patterns import (EMPHASIS_WORDS, INSTRUCTION_PATTERNS, NARRATOR_ADDRESS, NEGATION_WORDS, OOC_LINES,
+                              OOC_PAIRS, PROHIBITION, SIGNAL_PATTERNS, SIGNAL_TYPES, STORY_MARKUP, STRONG_NARRATION_WORDS,
+                              WEAK_NARRATION_WORDS)
+
+__all__ = ["SIGNAL_TYPES", "SIGNAL_PATTERNS", "SCOPES", "TYPE_PRIORITY", "Signal", "Unit", "split_ooc",
+           "split_units", "is_command", "message_units", "confidence", "match_unit", "extract_signals",
+           "best_per_unit", "correction_terms"]
+
+SCOPES = ("instructions", "ooc", "message")
 # When one unit matches several types with the same confidence, the first of these wins.
 TYPE_PRIORITY = ("correction", "error", "decision", "workflow", "preference")
+MAX_UNIT_CHARS = 600      # a longer out-of-character part is cut into its sentences
+MAX_COMMAND_CHARS = 300   # a plain command is one short line; a longer one is story
 
-_I = re.I
-
-# The seed's Chinese patterns (verbatim) followed by English equivalents of each.
-SIGNAL_PATTERNS: dict[str, tuple[str, ...]] = {
-    "correction": (
-        r"不是.*?是",
-        r"应该.*?而不是",
-        r"错了.*?正确的是",
-        # "not blue but green", "not Myra, it's Mira"
-        r"\bnot\b[^.!?]{1,60}?(?:\bbut\b|[,;]\s*(?:it|that|he|she|they)(?:'s|'re| is| are)\b)",
-        # "her eyes are green, not blue"
-        r"\w[^.!?]{0,80}?,\s*not\s+(?:a |an |the )?\w+",
-        # "it should be X, not / instead of / rather than Y"
-        r"\bshould (?:be|have been|say|read)\b[^.!?]{1,80}?\b(?:not|instead of|rather than)\b",
-        # "that's wrong, the correct one is …", "correction: …"
-        r"\b(?:wrong|incorrect|mistaken)\b[^.!?]{0,60}?\b(?:correct|right one|actually|should be)\b",
-        r"^\s*(?:correction|actually)\s*[:,]",
-    ),
-    "preference": (
-        r"我(喜欢|偏好|希望|想要)",
-        r"不要.*?",
-        r"以后.*?",
-        # "I want slower pacing", "I'd like you to …": about the story, not the character's wishes
-        r"\bI(?:'d| would)?(?: really)? (?:like|love|prefer|want|wish|hope)\b[^.!?]{0,40}?\b(?:you to|story|scenes?|"
-        r"pacing|pace|tone|style|repl(?:y|ies)|responses?|descriptions?|narration|dialogue|writing|chapters?|plot|"
-        r"romance|slower|faster|longer|shorter|more detail|less detail)\b",
-        # "don't rush the romance", "stop writing for my character"
-        r"\b(?:don'?t|do not|never|stop|avoid)\s+(?:\w+\s+){0,2}?(?:rush(?:ing)?|writ(?:e|ing)|describ(?:e|ing)|"
-        r"narrat(?:e|ing)|us(?:e|ing)|add(?:ing)?|skip(?:ping)?|repeat(?:ing)?|speak(?:ing)?|talk(?:ing)? for|"
-        r"act(?:ing)? for|decid(?:e|ing) for|control(?:ling)?|play(?:ing)?|summari[sz](?:e|ing))\b",
-        r"\b(?:from now on|going forward|in (?:the )?future|henceforth|next time)\b",
-    ),
-    "decision": (
-        r"决定.*?",
-        r"选择.*?而不是",
-        r"最终采用",
-        # "we", not "I": "I decided to wait" is the user's character acting
-        r"\b(?:we|let's|let us)(?:'ve| have)? (?:decided|agreed|settled on|chose|choose|are going with)\b",
-        r"\b(?:it'?s|it is|that'?s) (?:decided|settled|final)\b",
-        r"\b(?:choose|chose|go with|went with|pick|picked)\b[^.!?]{1,60}?\b(?:instead of|rather than|over)\b",
-        r"\b(?:finally|in the end|ultimately),? (?:we(?:'ll| will)? )?(?:use|go with|adopt|pick)\b",
-    ),
-    "error": (
-        r"失败.*?原因",
-        r"错误.*?根因",
-        r"踩坑",
-        # "you keep forgetting she lost her arm"
-        r"\byou(?:'ve| have)? (?:keep|kept|always|again|still) (?:forgetting|forget|getting|mixing|confusing|"
-        r"ignoring|making|writing|saying|contradicting)\b",
-        r"\byou(?:'ve| have)? (?:forgot(?:ten)?|ignored|contradicted|messed up|mixed up)\b",
-        r"\b(?:fail(?:ed|s|ure)?|broke(?:n)?)\b[^.!?]{0,60}?\b(?:because|reason|cause)\b",
-        r"\b(?:error|mistake|bug)\b[^.!?]{0,60}?\b(?:root cause|caused by|because)\b",
-        r"\b(?:same mistake|pitfall|that mistake again)\b",
-    ),
-    "workflow": (
-        r"先.*?再.*?",
-        r"流程.*?",
-        r"步骤.*?",
-        # "first describe the scene, then the dialogue"
-        r"\bfirst\b[^.!?]{1,80}?\b(?:then|after that|afterwards|next)\b",
-        r"\b(?:workflow|routine|procedure|format)\b\s*(?:is|:|should)",
-        r"\bsteps?\s*(?::|\d|one\b)|\bstep[- ]by[- ]step\b",
-    ),
-}
-_COMPILED = {t: tuple((p, re.compile(p, _I | re.M)) for p in ps) for t, ps in SIGNAL_PATTERNS.items()}
-
-EMPHASIS_WORDS = ("一定", "必须", "绝对", "永远", "记住",
-                  "always", "must", "absolutely", "definitely", "remember", "make sure", "important")
-NEGATION_WORDS = ("不要", "别", "don't", "dont", "do not", "never", "stop")
+_FLAGS = re.I | re.M
+_STORY = {t: tuple((p, re.compile(p, _FLAGS)) for p in ps) for t, ps in SIGNAL_PATTERNS.items()}
+_WIDE = {t: _STORY[t] + tuple((p, re.compile(p, _FLAGS)) for p in INSTRUCTION_PATTERNS.get(t, ()))
+         for t in SIGNAL_TYPES}
 _LATIN_WORD = re.compile(r"^[a-z' ]+$")
-
-_OOC_PATTERNS = (
-    re.compile(r"[(\[（【]\s*OOC\s*[:：]\s*(.+?)\s*[)\]）】]", _I | re.S),
-    re.compile(r"\(\(\s*(.+?)\s*\)\)", re.S),
-    re.compile(r"（（\s*(.+?)\s*））", re.S),
-    re.compile(r"(?:^|(?<=\s))//+[ \t]*(.+?)[ \t]*$", re.M),  # "// …" to the end of the line
-    re.compile(r"^[ \t]*OOC[ \t]*[:：][ \t]*(.+?)[ \t]*$", re.M | _I),
-)
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？；])|\n+")
-MAX_UNIT_CHARS = 600
 
 
 @dataclasses.dataclass
@@ -107,24 +52,50 @@ class Signal:
     index: int | None = None  # message index, when known
     wrong: str | None = None  # corrections: what was wrong and what is right, when the sentence says so
     right: str | None = None
+    source: str = "story"   # ooc | command | story: where in the message the unit was
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    text: str
+    source: str             # ooc | command | story
+
+    @property
+    def addressed(self) -> bool:
+        """Addressed to the story-teller: the wider instruction patterns apply."""
+        return self.source != "story"
+
+
 def split_ooc(text: str) -> tuple[list[str], str]:
-    """Out-of-character segments of a message, and the in-character rest."""
+    """Out-of-character segments of a message, and the in-character rest. Linear in the text."""
     segments: list[tuple[int, str]] = []
-    rest = text
-    for pattern in _OOC_PATTERNS:
-        def take(match: re.Match) -> str:
+    chars = list(text)
+
+    def blank(start: int, end: int) -> None:  # keep offsets for ordering
+        chars[start:end] = " " * (end - start)
+
+    for opener, closer in OOC_PAIRS:
+        current, pos = "".join(chars), 0
+        while (start := opener.search(current, pos)) is not None:
+            end = closer.search(current, start.end())
+            if end is None:
+                break  # no closer after this opener, so none after a later one
+            inner = current[start.end():end.start()].strip()
+            if inner:
+                segments.append((start.start(), inner))
+            blank(start.start(), end.end())
+            pos = end.end()
+    for pattern in OOC_LINES:
+        for match in list(pattern.finditer("".join(chars))):
             inner = match.group(1).strip()
             if inner:
                 segments.append((match.start(), inner))
-            return " " * (match.end() - match.start())  # keep offsets for ordering
-        rest = pattern.sub(take, rest)
+            blank(match.start(), match.end())
     segments.sort()
-    return [s for _, s in segments], re.sub(r"[ \t]{2,}", " ", rest).strip()
+    return [s for _, s in segments], re.sub(r"[ \t]{2,}", " ", "".join(chars)).strip()
 
 
 def split_units(text: str) -> list[str]:
@@ -134,6 +105,35 @@ def split_units(text: str) -> list[str]:
         part = part.strip()
         if len(part) >= 2:
             units.append(part[:MAX_UNIT_CHARS])
+    return units
+
+
+def is_command(line: str) -> bool:
+    """A plain line that instructs the story-teller: short, no dialogue or action markup, an instruction
+    pattern matches, and it opens by addressing the telling ("Correction:", 更正) or talks about it
+    (replies, narration, chapters, my character; the story or a scene only beside a typed pattern)."""
+    line = line.strip()
+    if not line or len(line) > MAX_COMMAND_CHARS or STORY_MARKUP.search(line):
+        return False
+    types = {t for t, _ in match_unit(line, addressed=True)}
+    if not types:
+        return False
+    if NARRATOR_ADDRESS.search(line) or STRONG_NARRATION_WORDS.search(line):
+        return True
+    return bool(WEAK_NARRATION_WORDS.search(line)) and bool(types - {"preference"})
+
+
+def message_units(text: str, scope: str = "instructions") -> list[Unit]:
+    """The units of a user message that may carry signals, in the order of the message."""
+    ooc, rest = split_ooc(text)
+    units = [Unit(u, "ooc") for seg in ooc for u in (split_units(seg) if len(seg) > MAX_UNIT_CHARS else [seg])]
+    if scope == "ooc":
+        return units
+    for line in re.split(r"\n+", rest):
+        if is_command(line):
+            units.append(Unit(line.strip(), "command"))
+        elif scope == "message":
+            units += [Unit(u, "story") for u in split_units(line)]
     return units
 
 
@@ -155,33 +155,31 @@ def _has_word(folded: str, word: str) -> bool:
     return word in folded
 
 
-def match_unit(unit: str) -> list[tuple[str, str]]:
-    """(type, pattern) of every signal type whose patterns match the unit (first matching pattern)."""
-    found = []
-    for type_, patterns in _COMPILED.items():
-        for source, compiled in patterns:
-            if compiled.search(unit):
-                found.append((type_, source))
-                break
+def match_unit(text: str, *, addressed: bool = False) -> list[tuple[str, str]]:
+    """(type, pattern) for every pattern that matches the text; with `addressed`, the instruction
+    patterns too."""
+    table = _WIDE if addressed else _STORY
+    found = [(type_, source) for type_, patterns in table.items() for source, compiled in patterns
+             if compiled.search(text)]
+    if addressed and PROHIBITION.search(text):
+        found = [(t, p) for t, p in found if t not in ("workflow", "decision")]
     return found
 
 
-def extract_signals(text: str, *, min_confidence: float = 0.0, ooc_only: bool = False,
+def extract_signals(text: str, *, min_confidence: float = 0.0, scope: str = "instructions",
                     index: int | None = None) -> list[Signal]:
-    """Every signal in a user message: one per (unit, type), OOC units first, then the sentences."""
-    ooc, rest = split_ooc(text)
-    units = [(u, True) for seg in ooc for u in (split_units(seg) if len(seg) > MAX_UNIT_CHARS else [seg])]
-    if not ooc_only:
-        units += [(u, False) for u in split_units(rest)]
+    """A signal for every pattern that matches a unit of the message (the plan's count)."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown signal scope {scope!r}")
     signals = []
-    for unit, is_ooc in units:
-        score = confidence(unit)
+    for unit in message_units(text, scope):
+        score = confidence(unit.text)
         if score < min_confidence:
             continue
-        for type_, pattern in match_unit(unit):
-            sig = Signal(type_, unit, score, pattern, is_ooc, index)
+        for type_, pattern in match_unit(unit.text, addressed=unit.addressed):
+            sig = Signal(type_, unit.text, score, pattern, unit.source == "ooc", index, source=unit.source)
             if type_ == "correction":
-                sig.wrong, sig.right = correction_terms(unit)
+                sig.wrong, sig.right = correction_terms(unit.text)
             signals.append(sig)
     return signals
 
@@ -199,21 +197,24 @@ def best_per_unit(signals: list[Signal]) -> list[Signal]:
 
 
 # -- corrections: what was wrong, what is right -------------------------------------------------------
-_CLAUSE = r"[^,.;:!?，。；！？]"
+_CLAUSE = r"[^,.;:!?，。；：！？]"
 _CORRECTION_TERMS = (
-    # (regex, right-part is the tail of a longer clause)
+    # (regex, right-part is the tail of a longer clause: True for words, None for CJK characters)
     (re.compile(rf"不是(?P<wrong>{_CLAUSE}+?)的?[，,\s]*(?:而)?是(?P<right>{_CLAUSE}+)"), False),
     (re.compile(rf"应该是?(?P<right>{_CLAUSE}+?)而不是(?P<wrong>{_CLAUSE}+)"), False),
     (re.compile(rf"正确的是(?P<right>{_CLAUSE}+)"), False),
-    (re.compile(rf"\bnot (?P<wrong>{_CLAUSE}+?),? but (?P<right>{_CLAUSE}+)", _I), False),
+    # "苏念的眼睛是绿色的，不是蓝色": the right term ends the clause before (checked in correction_terms)
+    (re.compile(rf"(?:是|叫|在)(?P<right>[^,.;:!?，。；：！？是叫在]+?)的?[，,]\s*(?:而)?不是(?:在|叫)?"
+                rf"(?P<wrong>{_CLAUSE}+)"), None),
+    (re.compile(rf"\bnot (?P<wrong>{_CLAUSE}+?),? but (?P<right>{_CLAUSE}+)", re.I), False),
     (re.compile(rf"\bnot (?P<wrong>{_CLAUSE}+?)[,;]\s*(?:it|that|he|she|they)(?:'s|'re| is| are) (?P<right>{_CLAUSE}+)",
-                _I), False),
+                re.I), False),
     (re.compile(rf"\bshould (?:be|say|read) (?P<right>{_CLAUSE}+?),? (?:not|instead of|rather than) "
-                rf"(?P<wrong>{_CLAUSE}+)", _I), False),
-    (re.compile(rf"(?P<right>{_CLAUSE}+?) (?:instead of|rather than) (?P<wrong>{_CLAUSE}+)", _I), True),
-    (re.compile(rf"(?P<right>{_CLAUSE}+?)\s*,\s*not (?P<wrong>{_CLAUSE}+)", _I), True),
+                rf"(?P<wrong>{_CLAUSE}+)", re.I), False),
+    (re.compile(rf"(?P<right>{_CLAUSE}+?) (?:instead of|rather than) (?P<wrong>{_CLAUSE}+)", re.I), True),
+    (re.compile(rf"(?P<right>{_CLAUSE}+?)\s*,\s*not (?P<wrong>{_CLAUSE}+)", re.I), True),
 )
-_DETERMINER = re.compile(r"^(?:(?:on|in|at|to|from|with|by)\s+)?(?:a|an|the|her|his|their|its|my|your)\s+", _I)
+_DETERMINER = re.compile(r"^(?:(?:on|in|at|to|from|with|by)\s+)?(?:a|an|the|her|his|their|its|my|your)\s+", re.I)
 _TRAILING = re.compile(r"[\s的了呢啊吧!！。.]+$")
 
 
@@ -236,6 +237,8 @@ def correction_terms(text: str) -> tuple[str | None, str | None]:
             # "her eyes are green, not blue": the right term is as long as the wrong one, at the clause's end
             words = right.split()
             right = " ".join(words[-max(1, len(wrong.split())):])
+        elif right_is_tail is None and len(right) > len(wrong) + 1:
+            right = ""  # "是在灯塔认识的，不是在磨坊": no like-for-like term to write over the wrong one
         right = _clean_term(right)
         if right and wrong and right.casefold() == wrong.casefold():
             continue

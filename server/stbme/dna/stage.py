@@ -1,9 +1,10 @@
 """The signal stage of the batch pipeline: user signals become directive memories.
 
 - `prepare`: find the signals in the batch's user messages, keep those the chat's strategy remembers,
-  embed them, and decide each one against the directives made before the batch: a duplicate (same type,
-  last hour, cosine > 0.9) reinforces the old memory; otherwise the best gene (GEP scoring) says what to
-  do, usually create a directive; a correction or error like one of the last 7 days is a repair loop.
+  embed them, and decide each one against the directives made before it: a duplicate (same type, said
+  within the hour, similar above 0.9) reinforces the old memory; otherwise the best gene (GEP scoring) says
+  what to do, usually create a directive; a correction or error like one said within 7 days is a repair
+  loop. "Said" is the messages' story time (`send_date`), the wall clock only without one (`repair`).
 - `apply`: write those decisions through the batch's ChangeSet, so a rollback undoes them exactly.
 - `after`: corrections fix the memory they contradict (nearest neighbours that contain the corrected
   words, among memories of earlier messages, whichever batch made them). Journaled with the batch.
@@ -34,6 +35,7 @@ from . import assets, repair
 from .actions import apply_ops
 from .dynamics import DIRECTIVE_START_WEIGHT
 from .signals import SIGNAL_TYPES, Signal, best_per_unit, extract_signals
+from .story_clock import send_date_seconds
 from .strategy import Strategy
 
 DEFAULT_IMPORTANCE = {"correction": 8.0, "error": 8.0, "decision": 7.0, "preference": 7.0, "workflow": 7.0}
@@ -65,12 +67,12 @@ def directive_fields(sig: Signal) -> dict:
     return fields
 
 
-def chat_signals(messages, *, min_confidence: float, ooc_only: bool) -> list[Signal]:
+def chat_signals(messages, *, min_confidence: float, scope: str) -> list[Signal]:
     """The signals of a batch's user messages, one per unit of text."""
     found = []
     for msg in messages:
         if msg.role == "user" and msg.text.strip():
-            found += extract_signals(msg.text, min_confidence=min_confidence, ooc_only=ooc_only, index=msg.index)
+            found += extract_signals(msg.text, min_confidence=min_confidence, scope=scope, index=msg.index)
     return best_per_unit(found)
 
 
@@ -88,15 +90,17 @@ class SignalStage(BaseStage):
         if not ctx.setting("dna.signals"):
             return
         signals = chat_signals(ctx.messages, min_confidence=ctx.setting("dna.signal_confidence_threshold"),
-                               ooc_only=ctx.setting("dna.signal_scope") == "ooc")
+                               scope=ctx.setting("dna.signal_scope"))
         if not signals:
             return
         now = time.time()
         embedder_id = self.embeddings.id
+        said = {m.index: send_date_seconds(m.send_date) for m in ctx.messages}
+        types = {s.type for s in signals} | set(repair.LOOP_TYPES)
 
         def read(conn):
             genes, capsule_strategy = assets.genes_for_chat(conn, ctx.setting("dna.capsule"))
-            known = repair.load_directives(conn, ctx.chat_id, embedder_id, since=now - repair.LOOP_WINDOW_S,
+            known = repair.load_directives(conn, ctx.chat_id, embedder_id, types=tuple(sorted(types)),
                                            before_index=ctx.start)
             return genes, capsule_strategy, known
 
@@ -110,7 +114,8 @@ class SignalStage(BaseStage):
         loops = ctx.setting("dna.repair_loop_detection")
         plans = []
         for sig, vec in zip(signals, vectors):
-            dup = repair.find_duplicate(sig.type, vec, known, now)
+            moment = now if said.get(sig.index) is None else said[sig.index]  # story time, else the wall clock
+            dup = repair.find_duplicate(sig.type, vec, sig.content, known, moment)
             if dup is not None:
                 plans.append(Plan(sig, vec, "reinforced", dup[0].id, similarity=dup[1]))
                 continue
@@ -118,10 +123,10 @@ class SignalStage(BaseStage):
             plan = Plan(sig, vec, "ignored", gene=gene, score=score)
             if gene is not None and gene.has("create_directive"):
                 plan.outcome, plan.node_id = "created", new_id("n")
-                partner = repair.find_loop_partner(sig.type, vec, known, now) if loops else None
+                partner = repair.find_loop_partner(sig.type, vec, sig.content, known, moment) if loops else None
                 if partner is not None:
-                    plan.loop = (partner[0].id, partner[1], now - partner[0].created_at)
-                known.append(repair.Directive(plan.node_id, sig.type, vec, now, sig.index))
+                    plan.loop = (partner[0].id, partner[1], moment - partner[0].moment)
+                known.append(repair.Directive(plan.node_id, sig.type, vec, moment, sig.index, sig.content))
             plans.append(plan)
         escalation = None
         if any(p.loop for p in plans):
@@ -138,7 +143,7 @@ class SignalStage(BaseStage):
         for plan in plans:
             sig = plan.signal
             event = {"type": sig.type, "confidence": sig.confidence, "message": sig.index, "ooc": sig.ooc,
-                     "outcome": plan.outcome, "node_id": plan.node_id}
+                     "source": sig.source, "outcome": plan.outcome, "node_id": plan.node_id}
             if plan.outcome == "reinforced":
                 node = cs.get_node(plan.node_id)
                 if node is not None:

@@ -114,7 +114,7 @@ class DnaMemory:
         """What the signal stage would see in a user message, and which gene each signal would use."""
         setting = lambda name: self.settings.get(name, chat_id)  # noqa: E731
         signals = best_per_unit(extract_signals(text, min_confidence=setting("dna.signal_confidence_threshold"),
-                                                ooc_only=setting("dna.signal_scope") == "ooc"))
+                                                scope=setting("dna.signal_scope")))
         strategy = Strategy(setting("dna.evolution_strategy"))
         return {"signals": [s.to_json() | {"remember": strategy.should_remember(s.confidence)} for s in signals],
                 "strategy": strategy.name, "remember_threshold": strategy.remember_threshold}
