@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import random
 
 import pytest
@@ -191,6 +193,20 @@ def test_corrections_render_as_instructions():
     assert render_line(node, "en") == '- no, her eyes are green, not blue (use "green", not "blue")'
     node.fields = {"content": "不是蓝色，是绿色", "wrong": "蓝色", "right": "绿色"}
     assert render_line(node, "zh") == "- 不是蓝色，是绿色（应为“绿色”，而非“蓝色”）"
+
+
+def test_an_event_shows_its_story_date_and_what_evolution_added():
+    from stbme.pipeline.render import render_line
+
+    node = Node(id="a", chat_id="c", type="event", seq_from=7, seq_to=7,
+                fields={"summary": "Elena hides the key.", "speaker": "Elena",
+                        "context": "the key opens the harbour vault"},
+                story_time={"date": "2024-03-04"})
+    assert render_line(node, "en") == "- [Mar 4, 2024] Elena: Elena hides the key. (the key opens the harbour vault)"
+    # in the story's own year the year is left out
+    assert render_line(node, "en", datetime.date(2024, 5, 1)).startswith("- [Mar 4] Elena:")
+    node.story_time, node.fields = None, {"summary": "Elena hides the key.", "speaker": "Elena"}
+    assert render_line(node, "en") == "- [msg 7] Elena: Elena hides the key."
 
 
 async def test_lexical_index_is_saved_and_reconciled_on_load(sidecar):

@@ -83,7 +83,8 @@ def render_line(node: Node, lang: str, today: dt.date | None = None) -> str:
             where = f"[{HEADINGS[lang]['message']} {node.seq_from}] " if node.seq_from is not None else ""
         speaker = f"{f['speaker']}: " if f.get("speaker") else ""
         body = field_text(f.get("title")) + (" — " if f.get("title") else "") + field_text(f.get("summary"))
-        return f"- {where}{speaker}{body}".strip()
+        context = field_text(f.get("context"))  # what A-MEM evolution learnt about it since
+        return f"- {where}{speaker}{body}".strip() + (f" ({context})" if context else "")
     if node.type == "correction" and f.get("right"):  # the user's words, then what to use instead of what
         right, wrong = field_text(f["right"]), field_text(f.get("wrong"))
         if lang == "zh":
