@@ -49,12 +49,15 @@ async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, bu
             full = messages + [question_message(chat, q)]
             await client.sync(chat_id, full, start=n, chain=base_chain + chains(full[n:], base_chain[-1]))
             body = {"query": q["query"], "recent": recent}
-            ranking = (await client.recall(chat_id, {**body, "budget_tokens": RANK_BUDGET,
-                                                     "max_memories": RANK_DEPTH}))["memories"]
+            ranked = (await client.recall(chat_id, {**body, "budget_tokens": RANK_BUDGET,
+                                                    "max_memories": RANK_DEPTH}))["memories"]
+            # The evidence ranking: core memories (pinned, rules, synopsis, directives) have their own place
+            # in the block and never take an evidence slot; they count in dir@10 and in the block.
+            ranking = [m for m in ranked if not m.get("core")]
             block = await client.recall(chat_id, {**body, "budget_tokens": budget})
             out = Outcome(q["id"], chat["lang"], q["category"], q["evidence"], [_range(m) for m in ranking],
                           block=[_range(m) for m in block["memories"]],
-                          directives_top10=sum(m["type"] in DIRECTIVE_TYPES for m in ranking[:10]),
+                          directives_top10=sum(m["type"] in DIRECTIVE_TYPES for m in ranked[:10]),
                           directives_block=sum(m["type"] in DIRECTIVE_TYPES for m in block["memories"]))
             if q["stale"]:
                 out.stale_in_block = await _stale_in_block(client, chat_id, q, block["memories"])

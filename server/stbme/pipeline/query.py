@@ -1,8 +1,9 @@
 """The query a recall searches with. The user's new input leads: its roleplay actions (`*I look out of the
 window.*`) are cut, since they match every other message with the same gestures; a question in several
 parts is split, each part searched on its own; recent turns never dilute it, they only lend their names
-when the input refers back to them ("what did she say about it?"); and the time it asks about ("the day
-after the festival", "六天前") is read apart, so the rest is searched as topic words.
+(in a keyword list of their own, at half weight) when the input refers back to them ("what did she say
+about it?"); and the time it asks about ("the day after the festival", "六天前") is read apart, so the rest
+is searched as topic words.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ class QueryPlan:
     parts: list[str]                 # the sub-questions (at least `[topic]`)
     topic: str                       # the text without the time expression
     time: QueryTime | None = None
-    borrowed_names: list[str] = dataclasses.field(default_factory=list)   # from recent turns, for references
+    # Names of the last turn, for an input that refers back to it: searched as a list of their own, at a
+    # lower weight, so a wrong guess never replaces what the input itself finds.
+    borrowed_names: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def reference(self) -> str | None:
+        return f"{self.topic} {' '.join(self.borrowed_names)}" if self.borrowed_names else None
 
 
 def clean_input(text: str) -> str:
@@ -67,6 +74,4 @@ def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
         borrowed = sorted(candidate_names(clean_input(recent[0])))[:3]
     when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
     topic = when.topic if when is not None and when.topic.strip() else cleaned
-    if borrowed:
-        topic = f"{topic} {' '.join(borrowed)}"
     return QueryPlan(cleaned, split_parts(topic), topic, when, borrowed)

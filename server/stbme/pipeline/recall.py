@@ -35,6 +35,7 @@ from .render import detect_language, render_block
 from .timeline import parse_send_date
 
 CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
+REFERENCE_SHARE = 0.5  # weight of the keyword list with names borrowed from the last turn, of the input's
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
@@ -126,6 +127,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
             rankings.append(Ranking(f"lex{i}", w_lex, *_split(lexical.search(part, k))))
         if vectors and hnsw is not None:
             rankings.append(Ranking(f"vec{i}", w_vec, *_split(hnsw.query(vectors[i], k))))
+    if plan.reference:
+        rankings.append(Ranking("lexref", w_lex * REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
     topic_vec = vectors[0] if len(vectors) == 1 else (
         _unit(np.sum(vectors, axis=0)) if vectors else None)
     extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)

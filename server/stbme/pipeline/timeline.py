@@ -172,9 +172,11 @@ def query_time(query: str, now: dt.date, lang: str | None = None,
     """
     if not isinstance(query, str) or not isinstance(now, dt.date) or not query.strip():
         return None
-    found = _find(query, now, lang, query=True)
+    # "Where is the key today?", "你今天在哪": a question about the present names no day to search;
+    # today's messages are the ones still in the prompt.
+    found = [f for f in _find(query, now, lang, query=True) if f.span != DateSpan.day(now)]
     if found:
-        best = max(found, key=lambda f: (_RANK[f.kind], f.span != DateSpan.day(now), f.start))
+        best = max(found, key=lambda f: (_RANK[f.kind], f.start))
         return QueryTime(best.kind, best.span, query[best.start:best.end], best.start, best.end,
                          _without(query, best.start, best.end), alternatives=best.alternatives)
     anchors = [a for reader in _readers(lang) for a in reader.find_anchors(query)]

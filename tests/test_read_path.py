@@ -1,0 +1,163 @@
+"""The rebuilt read path, stage by stage: the query plan (pipeline/query.py), fusion and order
+(pipeline/ranking.py), and through a real store the candidates the days, the graph and the exchange add
+(pipeline/candidates.py via Services.recall)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from conftest import full_sync, recall, settle
+from stbme.graph.model import Node
+from stbme.pipeline.candidates import Ranking
+from stbme.pipeline.query import clean_input, plan_query, refers_back, split_parts
+from stbme.pipeline.ranking import found_by_search, fuse, lift_neighbours, order, relevant
+
+WED = dt.date(2026, 3, 18)
+
+
+# -- the query -------------------------------------------------------------------------------------
+def test_actions_and_quote_marks_are_cut_from_the_input():
+    assert clean_input('*I lean on the rail.* "Where did Elena hide the key?"') == "Where did Elena hide the key?"
+    assert clean_input("*她把茶杯放下。*“钥匙藏在哪儿了？”") == "钥匙藏在哪儿了？"
+    assert clean_input("*nods*") == "*nods*"  # nothing else is left: the action is the input
+
+
+def test_a_question_in_several_parts_is_split_in_english_and_chinese():
+    assert split_parts("Where is the key? And who took the boat?") == ["Where is the key?", "And who took the boat?"]
+    assert split_parts("Tell me about the key, and what did Mara say about the boat") == [
+        "Tell me about the key", "what did Mara say about the boat"]
+    assert split_parts("钥匙在哪儿？还有船是谁拿走的？") == ["钥匙在哪儿？", "船是谁拿走的？"]
+    assert split_parts("Where is it?") == ["Where is it?"]  # one part: the input itself
+    assert split_parts("Hm? Where is the old key kept?") == ["Hm? Where is the old key kept?"]  # too short a part
+
+
+def test_recent_turns_lend_names_only_to_an_input_that_refers_back():
+    recent = ['"Corvin left the harbour with Mara at dawn."']
+    plan = plan_query("What did she say about it?", recent, now=WED, lang="en")
+    assert refers_back("What did she say about it?") and plan.borrowed_names == ["Corvin", "Mara"]
+    assert plan.parts == ["What did she say about it?"]  # the input is searched as it is ...
+    assert plan.reference == "What did she say about it? Corvin Mara"  # ... and with the names, apart
+    plan = plan_query("What did Elena say about the boat?", recent, now=WED, lang="en")
+    assert plan.borrowed_names == [] and plan.reference is None
+
+
+def test_the_time_asked_about_is_read_apart_but_today_is_no_filter():
+    plan = plan_query('*I yawn.* "What happened six days ago at the docks?"', [], now=WED, lang="en")
+    assert plan.time.expression == "six days ago" and plan.topic == "What happened at the docks?"
+    assert plan_query("Where would I find the hard drive today?", [], now=WED, lang="en").time is None
+    assert plan_query("你今天在哪儿干活？", [], now=WED, lang="zh").time is None
+    assert plan_query("六天前杜娘子怎么了？", [], now=WED, lang="zh").time.span.start == dt.date(2026, 3, 12)
+
+
+# -- fusion and order ------------------------------------------------------------------------------
+def _settings(**values):
+    base = {"recall.min_similarity": 0.78, "recall.vector_margin": 0.04, "recall.min_bm25": 1.0}
+    base.update(values)
+    return base.__getitem__
+
+
+def test_fusion_is_one_for_first_in_every_list_and_weights_count():
+    fused = fuse([Ranking("lex0", 2.0, ["a", "b"], {}), Ranking("vec0", 1.0, ["a", "c"], {})])
+    assert fused["a"] == 1.0
+    assert fused["b"] > fused["c"]  # second in the heavier list beats second in the lighter one
+
+
+def test_only_what_the_search_finds_seeds_the_rest():
+    lex = Ranking("lex0", 2.0, ["strong", "weak"], {"strong": 4.0, "weak": 0.5})
+    vec = Ranking("vec0", 1.0, ["close", "far"] + [f"x{i}" for i in range(5)],
+                  {"close": 0.9, "far": 0.7, **{f"x{i}": 0.7 for i in range(5)}})
+    days = Ranking("time", 3.0, ["that day"], {"that day": 0.1})
+    found = found_by_search([lex, vec, days], _settings())
+    assert found == {"strong", "close", "that day"}
+    scores = {n: (0.5, {"lexical": 0.0, "vector": 0.5}) for n in ("strong", "weak", "graph hit", "graph miss", "nb")}
+    scores["graph hit"] = (0.5, {"lexical": 2.0, "vector": 0.5, "graph": 0.1})   # shares a word with the question
+    scores["graph miss"] = (0.5, {"lexical": 0.0, "vector": 0.5, "graph": 0.1})  # reached, but off topic
+    scores["nb"] = (0.5, {"lexical": 0.0, "vector": 0.5, "neighbour": 0.2})
+    assert set(relevant(scores, found, 0.78)) == {"strong", "graph hit", "nb"}
+
+
+def test_a_neighbour_rises_to_its_share_of_the_hit():
+    scores = {"hit": (1.0, {}), "reply": (0.1, {}), "high": (0.9, {})}
+    lift_neighbours(scores, {"reply": "hit", "high": "hit"}, 0.8)
+    assert scores["reply"][0] == 0.8 and scores["reply"][1]["neighbour"] == 0.7
+    assert scores["high"] == (0.9, {})  # already above its share: unchanged
+
+
+def _row(node_id, seq, *, source="heuristic"):
+    return {"id": node_id, "chat_id": "c", "type": "event", "fields": '{"summary": "x"}', "tags": "[]",
+            "importance": 5.0, "seq_from": seq, "seq_to": seq, "source": source, "pinned": 0, "archived": 0,
+            "locked": 0, "weight": 1.0, "access_count": 0, "last_access": None, "created_at": 0.0,
+            "updated_at": 0.0, "rev": 1, "story_time": None, "embedding": None}
+
+
+def test_one_memory_per_message_and_ties_by_id(monkeypatch):
+    import stbme.pipeline.ranking as ranking
+
+    monkeypatch.setattr(ranking, "node_from_row", lambda row: Node(id=row["id"], chat_id="c", type="event",
+                                                                   fields={}, seq_from=row["seq_from"]))
+    rows = {"b": _row("b", 3), "a": _row("a", 5), "a2": _row("a2", 5), "c": _row("c", 7)}
+    scores = {"b": (0.5, {}), "a": (0.5, {}), "a2": (0.9, {}), "c": (0.5, {})}
+    picked = [s.node.id for s in order(scores, rows, limit=10)]
+    assert picked == ["a2", "b", "c"]  # a2 speaks for message 5 (a is left out); b and c tie: by id
+
+
+# -- through the store -----------------------------------------------------------------------------
+def _day(offset: int) -> str:
+    return (dt.datetime(2026, 3, 1, 12, 0) + dt.timedelta(days=offset)).strftime("%B %d, %Y %I:%M%p")
+
+
+def _dated_chat() -> list[dict]:
+    """A chat over 30 days, two messages a day; day 10 holds the one about the lantern."""
+    chat = []
+    for day in range(30):
+        chat.append({"role": "user", "name": "Alex", "text": f"Morning, day {day}. Any news from the harbour?",
+                     "send_date": _day(day)})
+        news = ("Elena says the old lantern cracked in the storm and Tomas mended it." if day == 10
+                else f"Elena talks about the nets and the weather on day {day}.")
+        chat.append({"role": "assistant", "name": "Elena", "text": news, "send_date": _day(day)})
+    return chat
+
+
+async def test_a_question_about_a_day_finds_that_days_memories(sidecar):
+    await full_sync(sidecar, "c", _dated_chat())
+    await settle(sidecar, "c")
+    result = await recall(sidecar, "c", {"query": "What happened nineteen days ago?", "budget_tokens": 400})
+    assert result["query"]["time"] == "nineteen days ago"
+    first = result["memories"][0]
+    assert first["seq_range"][0] in (20, 21) and first["score_parts"]["time"] > 0  # day 10 of 29
+    assert "[Mar 11]" in result["text"]  # the story date is shown
+
+
+async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar):
+    chat = [{"role": "user", "name": "Alex", "text": f"Small talk number {i} about nothing much."}
+            if i % 2 == 0 else {"role": "assistant", "name": "Elena", "text": f"A plain answer, number {i}."}
+            for i in range(40)]
+    chat[10] = {"role": "user", "name": "Alex", "text": "How did you get the scar on your collarbone?"}
+    chat[11] = {"role": "assistant", "name": "Elena", "text": "Broken glass. I put my hand through a window."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    result = await recall(sidecar, "c", {"query": "the scar on your collarbone", "budget_tokens": 400})
+    by_seq = {m["seq_range"][0]: m for m in result["memories"]}
+    assert 10 in by_seq and 11 in by_seq and "neighbour" in by_seq[11]["score_parts"]
+    assert 9 not in by_seq  # the message before the question belongs to another exchange
+
+
+async def test_the_graph_lifts_the_memories_of_a_less_common_name_of_the_first_hit(sidecar):
+    chat = []
+    for i in range(60):
+        if i % 2 == 0:
+            chat.append({"role": "user", "name": "Alex", "text": f"Tell me more, turn {i}."})
+        else:
+            chat.append({"role": "assistant", "name": "Elena", "text": f"The tide was calm again on turn {i}."})
+    chat[11] = {"role": "assistant", "name": "Elena", "text": "Corvin pulled you out of the river that spring."}
+    for i in (21, 25, 41, 45):  # other swords, each said more often than the one asked about
+        chat[i] = {"role": "assistant", "name": "Elena", "text": f"The sword, the old sword of Tomas, rusts ({i})."}
+    chat[31] = {"role": "assistant", "name": "Elena", "text": "Corvin forged that sword himself and calls it Dawnbreaker."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    query = {"query": "Who pulled me out of the river? What is the name of his sword?", "budget_tokens": 800}
+    memories = (await recall(sidecar, "c", query))["memories"]
+    rank = {m["seq_range"][0]: i for i, m in enumerate(memories)}
+    # Corvin is the first hit's less common name: his sword outranks the swords said more often
+    assert 11 in rank and 31 in rank and all(rank[31] < rank.get(i, 99) for i in (21, 25, 41, 45))
+    assert memories[rank[31]]["score_parts"]["graph"] > 0
