@@ -11,6 +11,8 @@ from stbme.graph.model import Node
 from stbme.pipeline.candidates import Ranking
 from stbme.pipeline.query import clean_input, plan_query, refers_back, split_parts
 from stbme.pipeline.ranking import found_by_search, fuse, lift_neighbours, order, relevant
+from stbme.pipeline.snippet import focus, sentences
+from stbme.tokens import count_tokens
 
 WED = dt.date(2026, 3, 18)
 
@@ -161,3 +163,36 @@ async def test_the_graph_lifts_the_memories_of_a_less_common_name_of_the_first_h
     # Corvin is the first hit's less common name: his sword outranks the swords said more often
     assert 11 in rank and 31 in rank and all(rank[31] < rank.get(i, 99) for i in (21, 25, 41, 45))
     assert memories[rank[31]]["score_parts"]["graph"] > 0
+
+
+# Stage: the block shows a long memory by its answering sentences (pipeline/snippet.py)
+LONG_REPLY = (
+    '*Elena tosses you an apple.* "Jory lent me the net needle. I\'m supposed to give it back tomorrow, so '
+    'remind me." *Elena smiles despite herself, almost gently.* "If anyone asks, we were here all evening. '
+    'I\'m fine. Really. Stop hovering." "Mara moved out of the room above the tannery. She\'s staying near '
+    'the north quay now." *She props her chin on her hand.* "Give me a minute. I need to think. People keep '
+    'asking me about you. I keep saying nothing. It\'s driving them mad."')
+
+
+def test_a_long_text_is_cut_to_the_sentences_that_share_the_rarer_words():
+    shown = focus(LONG_REPLY, {"mara": 2.0, "living": 3.0}, 40)
+    assert "north quay" in shown  # the sentence after the one that names her comes with it
+    assert "net needle" not in shown and shown.startswith("…") and shown.endswith("…")
+    assert count_tokens(shown) < count_tokens(LONG_REPLY) // 2
+    assert focus(LONG_REPLY, {"lighthouse": 1.0}, 40) == LONG_REPLY  # nothing shared: the caller cuts it
+    assert focus("Short.", {"short": 1.0}, 40) == "Short."
+    assert sentences('*She nods.* "Yes. Go." 好的。走吧！') == ['*She nods.*', '"Yes.', 'Go."', '好的。', '走吧！']
+
+
+async def test_the_block_shows_a_long_memory_by_its_answer_and_fits_more(sidecar):
+    chat = [{"role": "user", "name": "Alex", "text": f"Turn {i}, tell me about the harbour."} if i % 2 == 0
+            else {"role": "assistant", "name": "Elena", "text": LONG_REPLY.replace("Mara", f"Mara{i}")}
+            for i in range(30)]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    query = {"query": "Where is Mara7 living now?", "budget_tokens": 300}
+    text = (await recall(sidecar, "c", query))["text"]
+    assert "Mara7 moved out" in text and "north quay" in text and "net needle" not in text
+    await sidecar.settings_service.update_chat("c", {"recall.line_tokens": 0})
+    whole = (await recall(sidecar, "c", query))["text"]
+    assert "net needle" in whole

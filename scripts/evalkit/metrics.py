@@ -13,6 +13,7 @@ message in the baselines. An item *hits* an evidence message when its range cove
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 
 KS = (5, 10, 20)
@@ -33,6 +34,15 @@ class Outcome:
     stale_in_block: bool | None = None        # correction questions (the product only)
     directives_top10: int = 0                 # directive memories among the first 10
     directives_block: int = 0
+    answer_in_block: bool | None = None       # every part of the answer is in the block's text
+
+
+def answer_found(answer: str, text: str) -> bool:
+    """Is every part of the answer ("老刘; 奶奶") in the text? Case and spacing do not count."""
+    squash = lambda s: re.sub(r"\s+", " ", s).casefold().strip()  # noqa: E731
+    hay = squash(text)
+    parts = [squash(a) for a in answer.split(";") if a.strip()]
+    return bool(parts) and all(part in hay for part in parts)
 
 
 def hits(evidence: list[int], items: list[Range]) -> set[int]:
@@ -61,6 +71,7 @@ class Score:
     stale_n: int = 0
     directives_top10: float | None = None
     directives_block: float | None = None
+    answer_rate: float | None = None
 
 
 def score(outcomes: list[Outcome]) -> Score:
@@ -75,6 +86,9 @@ def score(outcomes: list[Outcome]) -> Score:
         result.block_share = kept / top if top else None
         result.directives_top10 = sum(o.directives_top10 for o in with_block) / len(with_block)
         result.directives_block = sum(o.directives_block for o in with_block) / len(with_block)
+    answered = [o for o in outcomes if o.answer_in_block is not None]
+    if answered:
+        result.answer_rate = sum(o.answer_in_block for o in answered) / len(answered)
     stale = [o for o in outcomes if o.stale_in_block is not None]
     if stale:
         result.stale_rate = sum(o.stale_in_block for o in stale) / len(stale)
@@ -111,14 +125,14 @@ def main_table(systems: dict[str, list[Outcome]], categories: tuple[str, ...], p
     width = len(_recall_cells(Score(0, {k: 0.0 for k in KS})))
     head1 = f"{'':<19}|" + "|".join(f" {name[:width]:<{width}} " for name in names) + "| product"
     head2 = f"{'lang category':<14}{'n':>5}|" + "|".join(f" {'R@5   R@10  R@20':<{width}} " for _ in names) + \
-        "| block  stale  dir@10"
+        "| block  answer stale  dirs"
     lines = [head1, head2, "-" * len(head2)]
     grouped = {name: groups(outs, categories) for name, outs in systems.items()}
     for key in grouped[product]:
         row = f"{key[0] + ' ' + key[1]:<14}{len(grouped[product][key]):>5}|"
         row += "|".join(f" {_recall_cells(score(grouped[name].get(key, [])))} " for name in names)
         p = score(grouped[product][key])
-        row += f"| {_fmt(p.block_share)}  {_fmt(p.stale_rate)}  {_fmt(p.directives_top10)}"
+        row += f"| {_fmt(p.block_share)}  {_fmt(p.answer_rate)}  {_fmt(p.stale_rate)}  {_fmt(p.directives_block)}"
         lines.append(row)
     return "\n".join(lines)
 
@@ -128,12 +142,13 @@ def ablation_table(variants: dict[str, list[Outcome]]) -> str:
     langs = sorted({o.lang for outs in variants.values() for o in outs})
     width = len(_recall_cells(Score(0, {k: 0.0 for k in KS})))
     head = f"{'variant':<48}|" + "|".join(f" {lang + ' R@5  R@10  R@20':<{width}} " for lang in langs) + \
-        "|  R@10 | block  stale  dir@10"
+        "|  R@10 | block  answer stale  dirs"
     lines = [head, "-" * len(head)]
     for name, outs in variants.items():
         row = f"{name[:48]:<48}|"
         row += "|".join(f" {_recall_cells(score([o for o in outs if o.lang == lang]))} " for lang in langs)
         s = score(outs)
-        row += f"| {_fmt(s.recall[10])} | {_fmt(s.block_share)}  {_fmt(s.stale_rate)}  {_fmt(s.directives_top10)}"
+        row += f"| {_fmt(s.recall[10])} | {_fmt(s.block_share)}  {_fmt(s.answer_rate)}  {_fmt(s.stale_rate)}  " \
+            f"{_fmt(s.directives_block)}"
         lines.append(row)
     return "\n".join(lines)

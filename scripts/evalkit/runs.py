@@ -10,7 +10,7 @@ import numpy as np
 
 from . import bm25
 from .embedcache import EmbeddingCache
-from .metrics import DIRECTIVE_TYPES, Outcome
+from .metrics import DIRECTIVE_TYPES, Outcome, answer_found
 from .sidecar import RECENT_MESSAGES, Client, chains
 
 RANK_DEPTH = 40          # memories asked for when reading the product's ranking
@@ -58,7 +58,8 @@ async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, bu
             out = Outcome(q["id"], chat["lang"], q["category"], q["evidence"], [_range(m) for m in ranking],
                           block=[_range(m) for m in block["memories"]],
                           directives_top10=sum(m["type"] in DIRECTIVE_TYPES for m in ranked[:10]),
-                          directives_block=sum(m["type"] in DIRECTIVE_TYPES for m in block["memories"]))
+                          directives_block=sum(m["type"] in DIRECTIVE_TYPES for m in block["memories"]),
+                          answer_in_block=answer_found(q["answer"], block["text"]) if q.get("answer") else None)
             if q["stale"]:
                 out.stale_in_block = await _stale_in_block(client, chat_id, q, block["memories"])
             outcomes.append(out)

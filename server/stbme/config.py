@@ -82,6 +82,9 @@ SETTINGS: tuple[Setting, ...] = (
       "share of its score (an answer follows its question); 0 = off.", min=0, max=1),
     S("recall.directive_share", 0.2, "float", "Most of the budget the user's directives may take: they have "
       "their own section and never crowd out the recalled evidence.", min=0, max=1, per_chat=True),
+    S("recall.line_tokens", 80, "int", "A recalled memory longer than this is shown in the block by its "
+      "sentences that share the question's rarer words, each with the sentence after it (more memories fit); "
+      "0 = whole texts.", min=0, max=4000, per_chat=True),
     S("recall.importance_weight", 0.15, "float", "Weight of importance (0-10) in the final score.", min=0, max=5),
     S("recall.recency_weight", 0.1, "float", "Weight of recency (message position) in the final score.", min=0, max=5),
     S("recall.min_similarity", 0.78, "float",

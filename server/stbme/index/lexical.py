@@ -48,6 +48,10 @@ def _stem(word: str) -> str:
     return word
 
 
+def _idf(n: int, df: float) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
 def tokenize(text: str) -> list[str]:
     """Search terms of a text: lowercased Latin/digit words minus stopwords, CJK bigrams."""
     terms: list[str] = []
@@ -173,6 +177,18 @@ class LexicalIndex:
             self._arrays[term] = arrays
         return arrays
 
+    def term_weights(self, query: str) -> dict[str, float]:
+        """The query's terms and their weight in this chat (BM25's idf: a name in every message weighs
+        little); a term no memory has is left out."""
+        weights = {}
+        for term in dict.fromkeys(tokenize(query)):
+            if term in self.postings:
+                docs, _ = self._term_arrays(term)
+                df = sum(self.active[d] for d in docs.tolist())
+                if df:
+                    weights[term] = _idf(self.live, df)
+        return weights
+
     def _scores(self, query: str) -> np.ndarray | None:
         """BM25 of every slot for the query (dead slots 0), or None when no query term is indexed."""
         terms = [t for t in dict.fromkeys(tokenize(query)) if t in self.postings]
@@ -193,7 +209,7 @@ class LexicalIndex:
             df = float(self._np_active[docs].sum())
             if df == 0:
                 continue
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            idf = _idf(n, df)
             scores[docs] += idf * tfs * (K1 + 1) / (tfs + norm[docs])
         scores *= self._np_active
         return scores

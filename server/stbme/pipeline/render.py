@@ -12,10 +12,12 @@ import functools
 import re
 
 import datetime as dt
+from collections.abc import Callable
 
 from ..graph.model import Node, field_text
 from ..graph.schema import NODE_TYPES
 from ..tokens import count_tokens, fit_tokens
+from .snippet import focus
 from .timeline import format_story_date
 
 # Pinned memories first (the user chose them), then the user's directives and the story's rules.
@@ -72,8 +74,10 @@ def story_day(node: Node) -> dt.date | None:
         return None
 
 
-def render_line(node: Node, lang: str, today: dt.date | None = None) -> str:
-    """One memory as a bullet line; an event says when it happened (its story date, else its message)."""
+def render_line(node: Node, lang: str, today: dt.date | None = None,
+                shorten: Callable[[str], str] | None = None) -> str:
+    """One memory as a bullet line; an event says when it happened (its story date, else its message).
+    `shorten` gives the part of a long event text to show (snippet.focus)."""
     f = node.fields
     if node.type == "event":
         day = story_day(node)
@@ -82,7 +86,9 @@ def render_line(node: Node, lang: str, today: dt.date | None = None) -> str:
         else:
             where = f"[{HEADINGS[lang]['message']} {node.seq_from}] " if node.seq_from is not None else ""
         speaker = f"{f['speaker']}: " if f.get("speaker") else ""
-        body = field_text(f.get("title")) + (" — " if f.get("title") else "") + field_text(f.get("summary"))
+        summary = field_text(f.get("summary"))
+        body = field_text(f.get("title")) + (" — " if f.get("title") else "") + (
+            shorten(summary) if shorten else summary)
         context = field_text(f.get("context"))  # what A-MEM evolution learnt about it since
         return f"- {where}{speaker}{body}".strip() + (f" ({context})" if context else "")
     if node.type == "correction" and f.get("right"):  # the user's words, then what to use instead of what
@@ -115,10 +121,12 @@ def has_content(fields: dict) -> bool:
 
 
 def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: list[Node] = (),
-                 directive_share: float = 1.0, today: dt.date | None = None) -> tuple[str, list[Node]]:
+                 directive_share: float = 1.0, today: dt.date | None = None,
+                 query_weights: dict[str, float] | None = None, line_tokens: int = 0) -> tuple[str, list[Node]]:
     """Fit memories into the budget: `nodes` (the core: pinned, rules, synopsis, directives) first, directives
-    within `directive_share` of the budget and each text once, then `evidence` in rank order. Returns the
-    text and the memories it holds."""
+    within `directive_share` of the budget and each text once, then `evidence` in rank order, an evidence
+    text over `line_tokens` shown by its sentences that share the query's words (`query_weights`, term ->
+    weight). Returns the text and the memories it holds."""
     h = HEADINGS[lang]
     line_cap = max(40, budget_tokens // 3)
     chosen: list[tuple[Node, str]] = []
@@ -127,10 +135,13 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
     directive_used = 0
     said: set[str] = set()
     sections_used: set[str] = set()
+    shorten = (lambda text: focus(text, query_weights, line_tokens)) if query_weights and line_tokens else None
+    core_ids = {id(n) for n in nodes}
     for node in [*nodes, *evidence]:
-        line, line_tokens = fit_tokens(render_line(node, lang, today), line_cap)
+        line, tokens = fit_tokens(render_line(node, lang, today, None if id(node) in core_ids else shorten),
+                                  line_cap)
         section = section_of(node)
-        cost = line_tokens + 1
+        cost = tokens + 1
         if section not in sections_used:
             cost += _fixed_tokens(h[section]) + 2
         if used + cost > budget_tokens:
