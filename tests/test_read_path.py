@@ -10,7 +10,8 @@ from conftest import full_sync, recall, settle
 from stbme.graph.model import Node
 from stbme.pipeline.candidates import Ranking
 from stbme.pipeline.query import clean_input, plan_query, refers_back, split_parts
-from stbme.pipeline.ranking import found_by_search, fuse, lift_neighbours, order, relevant
+from stbme.pipeline.ranking import (found_by_search, fuse, lift_neighbours, may_show, order, relevant,
+                                   score_rows)
 from stbme.pipeline.snippet import focus, sentences
 from stbme.tokens import count_tokens
 
@@ -76,6 +77,25 @@ def test_only_what_the_search_finds_seeds_the_rest():
     scores["graph miss"] = (0.5, {"lexical": 0.0, "vector": 0.5, "graph": 0.1})  # reached, but off topic
     scores["nb"] = (0.5, {"lexical": 0.0, "vector": 0.5, "neighbour": 0.2})
     assert set(relevant(scores, found, 0.78)) == {"strong", "graph hit", "nb"}
+
+
+def test_rows_are_read_only_for_what_may_be_shown():
+    """may_show (before the rows are read) keeps everything relevant (after scoring) would keep."""
+    lex = Ranking("lex0", 2.0, ["strong", "weak", "graph hit"], {"strong": 4.0, "weak": 0.5, "graph hit": 0.3})
+    vec = Ranking("vec0", 1.0, ["close", "far", "graph near"], {"close": 0.9, "far": 0.7, "graph near": 0.8})
+    graph = Ranking("graph", 1.0, ["graph hit", "graph near", "graph miss"],
+                    {"graph hit": 0.2, "graph near": 0.2, "graph miss": 0.2})
+    rankings = [lex, vec, graph]
+    fused = {**fuse(rankings), "nb": 0.0}
+    found = {"strong", "close"}
+    wanted = may_show(fused, found, {"nb": "strong"}, rankings, 0.78)
+    assert set(wanted) == {"strong", "close", "nb", "graph hit", "graph near"}
+    rows = {n: {"pinned": 0, "seq_from": i, "seq_to": i, "type": "event", "importance": 5, "weight": 1.0}
+            for i, n in enumerate(fused)}
+    scores = score_rows(fused, rows, rankings, length=100, skip_from=100, skip_before=0,
+                        settings=_settings(**{"recall.importance_weight": 0.15, "recall.recency_weight": 0.1}))
+    lift_neighbours(scores, {"nb": "strong"}, 0.8)
+    assert set(relevant(scores, found, 0.78)) <= set(wanted)
 
 
 def test_a_neighbour_rises_to_its_share_of_the_hit():

@@ -17,6 +17,17 @@ def count_tokens(text: str) -> int:
     """Number of cl100k_base tokens in text."""
     if not text:
         return 0
+    if len(text) <= _CACHED_CHARS:
+        return _count_cached(text)
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+# Recall counts the same memory texts and sentences again and again; short ones are remembered.
+_CACHED_CHARS = 2000
+
+
+@functools.lru_cache(maxsize=8192)
+def _count_cached(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 

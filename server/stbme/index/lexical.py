@@ -184,7 +184,7 @@ class LexicalIndex:
         for term in dict.fromkeys(tokenize(query)):
             if term in self.postings:
                 docs, _ = self._term_arrays(term)
-                df = sum(self.active[d] for d in docs.tolist())
+                df = float(self._active_array()[docs].sum())
                 if df:
                     weights[term] = _idf(self.live, df)
         return weights
@@ -196,8 +196,7 @@ class LexicalIndex:
             return None
         if self._np_lengths is None:
             self._np_lengths = np.asarray(self.lengths, dtype=np.float32)
-        if self._np_active is None:
-            self._np_active = np.asarray(self.active, dtype=np.float32)
+        active = self._active_array()
         avg = max(self.total_length / max(self.live, 1), 1.0)
         norm = K1 * (1 - B + B * self._np_lengths / avg)
         scores = np.zeros(len(self.node_of), dtype=np.float32)
@@ -206,13 +205,18 @@ class LexicalIndex:
             docs, tfs = self._term_arrays(term)
             # Count live documents only: a re-indexed memory leaves a dead slot in the postings, and
             # counting it would lower the term's weight (scores must not depend on edit history).
-            df = float(self._np_active[docs].sum())
+            df = float(active[docs].sum())
             if df == 0:
                 continue
             idf = _idf(n, df)
             scores[docs] += idf * tfs * (K1 + 1) / (tfs + norm[docs])
-        scores *= self._np_active
+        scores *= active
         return scores
+
+    def _active_array(self) -> np.ndarray:
+        if self._np_active is None:
+            self._np_active = np.asarray(self.active, dtype=np.float32)
+        return self._np_active
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
         """Top k (node_id, BM25 score) for the query, best first; only docs matching a term."""

@@ -113,6 +113,21 @@ def relevant(scores: dict[str, tuple[float, dict]], found: set[str], min_similar
             if node_id in found or value[1].get("neighbour") or (value[1].get("graph") and topical(value[1]))}
 
 
+def may_show(fused: dict[str, float], found: set[str], neighbour_of: dict[str, str], rankings: list[Ranking],
+             min_similarity: float) -> list[str]:
+    """The candidates `relevant` could keep, known from the rankings before any row is read (only their rows
+    are fetched): what the search found, the neighbours, and the topical graph members."""
+    lexical = [r.scores for r in rankings if r.name.startswith("lex")]
+    vector = [r.scores for r in rankings if r.name.startswith("vec")]
+    graph = next((r.scores for r in rankings if r.name == "graph"), {})
+
+    def topical(node_id: str) -> bool:
+        return (any(s.get(node_id, 0.0) > 0 for s in lexical)
+                or any(s.get(node_id, 0.0) >= min_similarity for s in vector))
+
+    return [n for n in fused if n in found or n in neighbour_of or (graph.get(n) and topical(n))]
+
+
 def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[str, str], share: float) -> None:
     """A neighbour of a strong hit rises to `share` of that hit's score (if it is not higher already)."""
     if share <= 0:

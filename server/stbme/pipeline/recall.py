@@ -29,8 +29,8 @@ from ..store.queries import latest_send_date, message_count, nodes_by_ids
 from ..tokens import count_tokens, last_tokens
 from .candidates import Ranking, anchor_day, graph_ranking, neighbours, time_ranking
 from .query import QueryPlan, clean_input, plan_query
-from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, order, relevant,
-                      score_rows)
+from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, may_show, order,
+                      relevant, score_rows)
 from .render import detect_language, render_block
 from .timeline import parse_send_date
 
@@ -137,16 +137,19 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     fused = fuse(rankings)
     found = found_by_search(rankings, settings)
     seeds = sorted(found, key=lambda n: (-fused[n], n))
-    graph = await graph_ranking(seeds, plan, weight=settings("recall.graph_weight"), **extra)
+    share = settings("recall.neighbour_share")
+    # Both read from the first hits only: two reader threads at once.
+    graph, neighbour_of = await asyncio.gather(
+        graph_ranking(seeds, plan, weight=settings("recall.graph_weight"), **extra),
+        neighbours(store, chat_id, seeds[:NEIGHBOUR_SEEDS]) if share > 0 else _nothing())
     if graph is not None:
         rankings.append(graph)
         fused = fuse(rankings)
-    share = settings("recall.neighbour_share")
-    neighbour_of = await neighbours(store, chat_id, seeds[:NEIGHBOUR_SEEDS]) if share > 0 else {}
     for neighbour in neighbour_of:
         fused.setdefault(neighbour, 0.0)
+    wanted = may_show(fused, found, neighbour_of, rankings, settings("recall.min_similarity"))
     rows = {r["id"]: r for r in await store.read(
-        lambda conn: nodes_by_ids(conn, chat_id, list(fused), columns=_COLUMNS, where="AND archived = 0"))}
+        lambda conn: nodes_by_ids(conn, chat_id, wanted, columns=_COLUMNS, where="AND archived = 0"))}
     rows = {n: r for n, r in rows.items() if r["type"] not in CORE_TYPES}
     # Memories still in the prompt's chat history are not injected again: the last N messages, and a short
     # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
@@ -189,6 +192,10 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
 
 def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:
     return [n for n, _ in hits], dict(hits)
+
+
+async def _nothing() -> dict:
+    return {}
 
 
 def _unit(vec: np.ndarray) -> np.ndarray:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 
-from ..index.lexical import tokenize
 from ..tokens import count_tokens
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？…])[\"'”’」』)）*]*\s*|\n+")  # closing quotes and asterisks stay
@@ -32,12 +31,18 @@ def sentences(text: str) -> list[str]:
 def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     """`text` when it fits `max_tokens` or shares no weighted word; else its best sentences (each with the
     next one) in story order, gaps marked, within about `max_tokens` (the caller still caps the line)."""
-    if max_tokens <= 0 or not weights or count_tokens(text) <= max_tokens:
+    # A token is at least one byte: a text of no more bytes than max_tokens fits without counting.
+    if max_tokens <= 0 or not weights or len(text.encode()) <= max_tokens:
+        return text
+    if count_tokens(text) <= max_tokens:
         return text
     parts = sentences(text)
     scored = []
     for i, sentence in enumerate(parts):
-        score = sum(weights.get(t, 0.0) for t in set(tokenize(sentence)))
+        # A term is a lowercased word stem or a CJK bigram: finding it in the lowercased sentence is
+        # enough here (a stem may also match a longer word), and far cheaper than tokenizing each sentence.
+        folded = sentence.lower()
+        score = sum(w for term, w in weights.items() if term in folded)
         if score > 0:
             scored.append((-score, i))
     if not scored:
