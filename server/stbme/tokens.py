@@ -35,6 +35,8 @@ def fit_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> tuple[str, 
     """Text cut to at most max_tokens tokens (ellipsis included), on a token boundary, and its count."""
     if max_tokens <= 0:
         return "", 0
+    if len(text) <= _CACHED_CHARS and (n := _count_cached(text)) <= max_tokens:
+        return text, n  # the same lines (directives, rules) come back in every recall
     enc = _encoding()
     ids = enc.encode(text, disallowed_special=())
     if len(ids) <= max_tokens:
