@@ -85,10 +85,12 @@ def test_rows_are_read_only_for_what_may_be_shown():
     vec = Ranking("vec0", 1.0, ["close", "far", "graph near"], {"close": 0.9, "far": 0.7, "graph near": 0.8})
     graph = Ranking("graph", 1.0, ["graph hit", "graph near", "graph miss"],
                     {"graph hit": 0.2, "graph near": 0.2, "graph miss": 0.2})
+    before_graph = fuse([lex, vec])
     rankings = [lex, vec, graph]
     fused = {**fuse(rankings), "nb": 0.0}
     found = {"strong", "close"}
-    wanted = may_show(fused, found, {"nb": "strong"}, rankings, 0.78)
+    members = ["graph hit", "graph near", "graph miss"]
+    wanted = may_show(before_graph, found, {"nb": "strong"}, members, [lex, vec], 0.78)
     assert set(wanted) == {"strong", "close", "nb", "graph hit", "graph near"}
     rows = {n: {"pinned": 0, "seq_from": i, "seq_to": i, "type": "event", "importance": 5, "weight": 1.0}
             for i, n in enumerate(fused)}

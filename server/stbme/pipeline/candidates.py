@@ -139,46 +139,44 @@ def _members(conn, chat_id: str, anchors: list[str]) -> list[str]:
     return out
 
 
-async def graph_ranking(seeds: list[str], plan: QueryPlan, *, store: Store, chat_id: str, lexical: LexicalIndex,
-                        index: ChatIndex | None, qvec: np.ndarray | None, weight: float, rrf_k: int) -> Ranking | None:
-    """Memories of the less common names the first hits involve, ranked by the topic (multi-hop)."""
-    if weight <= 0 or not seeds:
-        return None
+def graph_members(conn, chat_id: str, seeds: list[str]) -> list[str]:
+    """The memories of the less common names the first hits (seeds) involve (a read: pass it a connection)."""
     seeds = seeds[:EXPAND_SEEDS]
+    if not seeds:
+        return []
+    degree = _names_of(conn, chat_id, seeds)
+    hub = min(HUB_DEGREE, max(HUB_FLOOR, int(HUB_SHARE * count_events(conn, chat_id, int(HUB_DEGREE / HUB_SHARE)))))
+    rare = [a for a, d in sorted(degree.items(), key=lambda item: (item[1], item[0])) if d <= hub]
+    return _members(conn, chat_id, rare) if rare else []
 
-    def read(conn):
-        degree = _names_of(conn, chat_id, seeds)
-        hub = min(HUB_DEGREE, max(HUB_FLOOR, int(HUB_SHARE * count_events(conn, chat_id, int(HUB_DEGREE / HUB_SHARE)))))
-        rare = [a for a, d in sorted(degree.items(), key=lambda item: (item[1], item[0])) if d <= hub]
-        return _members(conn, chat_id, rare) if rare else []
 
-    members = set(await store.read(read))
-    if not members - set(seeds):
+def graph_ranking(members: list[str], seeds: list[str], plan: QueryPlan, *, lexical: LexicalIndex,
+                  index: ChatIndex | None, qvec: np.ndarray | None, weight: float, rrf_k: int) -> Ranking | None:
+    """The graph members (graph_members) ranked by the topic (multi-hop)."""
+    seeds = seeds[:EXPAND_SEEDS]
+    if weight <= 0 or not seeds or not set(members) - set(seeds):
         return None
     # The seeds are ranked with the names' memories: they are their own neighbourhood, and a hit left out of
     # this list would lose to the memories around it.
-    return by_topic("graph", weight, members | set(seeds), lexical=lexical, index=index, qvec=qvec,
+    return by_topic("graph", weight, set(members) | set(seeds), lexical=lexical, index=index, qvec=qvec,
                     topic=plan.topic, rrf_k=rrf_k)
 
 
-async def neighbours(store: Store, chat_id: str, seeds: list[str]) -> dict[str, str]:
+def exchange_neighbours(conn, chat_id: str, seeds: list[str]) -> dict[str, str]:
     """The other memories of each seed's exchange (a user's message and the reply to it: an answer follows
     its question, a reply needs what it answers): {neighbour id: seed id}, through the `replies_to` edges of
-    the per-message memories, kept only where the later message is not the user's (that starts a new exchange)."""
+    the per-message memories, kept only where the later message is not the user's (that starts a new
+    exchange). A read: pass it a connection."""
     if not seeds:
         return {}
-
-    def read(conn):
-        marks = ",".join("?" * len(seeds))
-        reply = ("JOIN nodes n ON n.id = e.from_id JOIN messages m ON m.chat_id = e.chat_id AND m.idx = n.seq_from"
-                 " AND m.role != 'user'")
-        before = conn.execute(f"SELECT e.from_id, e.to_id FROM edges e {reply} WHERE e.chat_id = ? AND"
-                              f" e.from_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
-        after = conn.execute(f"SELECT e.to_id, e.from_id FROM edges e {reply} WHERE e.chat_id = ? AND"
-                             f" e.to_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
-        return [(r[1], r[0]) for r in before] + [(r[1], r[0]) for r in after]
-
+    marks = ",".join("?" * len(seeds))
+    reply = ("JOIN nodes n ON n.id = e.from_id JOIN messages m ON m.chat_id = e.chat_id AND m.idx = n.seq_from"
+             " AND m.role != 'user'")
+    before = conn.execute(f"SELECT e.from_id, e.to_id FROM edges e {reply} WHERE e.chat_id = ? AND"
+                          f" e.from_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
+    after = conn.execute(f"SELECT e.to_id, e.from_id FROM edges e {reply} WHERE e.chat_id = ? AND"
+                         f" e.to_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
     found: dict[str, str] = {}
-    for neighbour, seed in await store.read(read):
+    for neighbour, seed in [(r[1], r[0]) for r in before] + [(r[1], r[0]) for r in after]:
         found.setdefault(neighbour, seed)
     return found

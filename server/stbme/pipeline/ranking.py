@@ -113,19 +113,20 @@ def relevant(scores: dict[str, tuple[float, dict]], found: set[str], min_similar
             if node_id in found or value[1].get("neighbour") or (value[1].get("graph") and topical(value[1]))}
 
 
-def may_show(fused: dict[str, float], found: set[str], neighbour_of: dict[str, str], rankings: list[Ranking],
+def may_show(candidates, found: set[str], neighbour_of: dict[str, str], graph_members, rankings: list[Ranking],
              min_similarity: float) -> list[str]:
     """The candidates `relevant` could keep, known from the rankings before any row is read (only their rows
-    are fetched): what the search found, the neighbours, and the topical graph members."""
+    are fetched): what the search found, the neighbours, and the graph members that touch the topic."""
     lexical = [r.scores for r in rankings if r.name.startswith("lex")]
     vector = [r.scores for r in rankings if r.name.startswith("vec")]
-    graph = next((r.scores for r in rankings if r.name == "graph"), {})
+    members = set(graph_members)
 
     def topical(node_id: str) -> bool:
         return (any(s.get(node_id, 0.0) > 0 for s in lexical)
                 or any(s.get(node_id, 0.0) >= min_similarity for s in vector))
 
-    return [n for n in fused if n in found or n in neighbour_of or (graph.get(n) and topical(n))]
+    return [n for n in dict.fromkeys([*candidates, *members, *neighbour_of])
+            if n in found or n in neighbour_of or (n in members and topical(n))]
 
 
 def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[str, str], share: float) -> None:

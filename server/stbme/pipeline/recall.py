@@ -27,7 +27,7 @@ from ..policy import REINFORCE_STEP
 from ..store import Store
 from ..store.queries import latest_send_date, message_count, nodes_by_ids
 from ..tokens import count_tokens, last_tokens
-from .candidates import Ranking, anchor_day, graph_ranking, neighbours, time_ranking
+from .candidates import Ranking, anchor_day, exchange_neighbours, graph_members, graph_ranking, time_ranking
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, may_show, order,
                       relevant, score_rows)
@@ -137,19 +137,28 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     fused = fuse(rankings)
     found = found_by_search(rankings, settings)
     seeds = sorted(found, key=lambda n: (-fused[n], n))
-    share = settings("recall.neighbour_share")
-    # Both read from the first hits only: two reader threads at once.
-    graph, neighbour_of = await asyncio.gather(
-        graph_ranking(seeds, plan, weight=settings("recall.graph_weight"), **extra),
-        neighbours(store, chat_id, seeds[:NEIGHBOUR_SEEDS]) if share > 0 else _nothing())
+    share, graph_weight = settings("recall.neighbour_share"), settings("recall.graph_weight")
+    expand = seeds if graph_weight > 0 else []
+    near = seeds[:NEIGHBOUR_SEEDS] if share > 0 else []
+    min_similarity = settings("recall.min_similarity")
+
+    def around_the_hits(conn):
+        # One read: what grows from the first hits (the graph of their names, their exchanges), then the rows
+        # of every candidate that may be shown.
+        members = graph_members(conn, chat_id, expand)
+        neighbour_of = exchange_neighbours(conn, chat_id, near)
+        wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
+        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_COLUMNS, where="AND archived = 0")
+
+    members, neighbour_of, row_list = await store.read(around_the_hits)
+    graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
+                          rrf_k=RRF_K)
     if graph is not None:
         rankings.append(graph)
         fused = fuse(rankings)
     for neighbour in neighbour_of:
         fused.setdefault(neighbour, 0.0)
-    wanted = may_show(fused, found, neighbour_of, rankings, settings("recall.min_similarity"))
-    rows = {r["id"]: r for r in await store.read(
-        lambda conn: nodes_by_ids(conn, chat_id, wanted, columns=_COLUMNS, where="AND archived = 0"))}
+    rows = {r["id"]: r for r in row_list}
     rows = {n: r for n, r in rows.items() if r["type"] not in CORE_TYPES}
     # Memories still in the prompt's chat history are not injected again: the last N messages, and a short
     # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
@@ -157,7 +166,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting,
                         settings=settings)
     lift_neighbours(scores, neighbour_of, share)
-    scores = relevant(scores, found, settings("recall.min_similarity"))
+    scores = relevant(scores, found, min_similarity)
     limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
     result = order(scores, rows, limit=limit, duplicate_similarity=settings("recall.duplicate_similarity"),
                    vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None)
@@ -192,10 +201,6 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
 
 def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:
     return [n for n, _ in hits], dict(hits)
-
-
-async def _nothing() -> dict:
-    return {}
 
 
 def _unit(vec: np.ndarray) -> np.ndarray:
