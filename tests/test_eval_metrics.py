@@ -118,3 +118,11 @@ def test_the_labelled_directive_lines_are_sound():
         assert {line["label"] for line in mine if line["register"] == "ooc"} >= set(directives.TYPES)
         assert sum(line["register"] == "ic" for line in mine) >= 40
         assert all(line["label"] == "none" for line in mine if line["register"] == "ic")
+
+
+def test_an_answer_counts_only_when_every_part_is_in_the_block():
+    block = "- [Mar 4] Elena: She's staying near  the North Quay now.\n- 老刘摔断了腿"
+    assert metrics.answer_found("the north quay", block)
+    assert metrics.answer_found("老刘; north quay", block)
+    assert not metrics.answer_found("老刘; 奶奶", block)  # one part missing
+    assert not metrics.answer_found(" ; ", block)        # no answer at all

@@ -32,16 +32,18 @@ class Outcome:
     ranked: list[Range]
     block: list[Range] | None = None          # the injected block (the product only)
     stale_in_block: bool | None = None        # correction questions (the product only)
-    directives_top10: int = 0                 # directive memories among the first 10
     directives_block: int = 0
     answer_in_block: bool | None = None       # every part of the answer is in the block's text
 
 
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text).casefold().strip()
+
+
 def answer_found(answer: str, text: str) -> bool:
     """Is every part of the answer ("老刘; 奶奶") in the text? Case and spacing do not count."""
-    squash = lambda s: re.sub(r"\s+", " ", s).casefold().strip()  # noqa: E731
-    hay = squash(text)
-    parts = [squash(a) for a in answer.split(";") if a.strip()]
+    hay = _squash(text)
+    parts = [_squash(a) for a in answer.split(";") if a.strip()]
     return bool(parts) and all(part in hay for part in parts)
 
 
@@ -69,7 +71,6 @@ class Score:
     block_share: float | None = None
     stale_rate: float | None = None
     stale_n: int = 0
-    directives_top10: float | None = None
     directives_block: float | None = None
     answer_rate: float | None = None
 
@@ -84,7 +85,6 @@ def score(outcomes: list[Outcome]) -> Score:
         top = sum(len(hits(o.evidence, o.ranked[:10])) for o in with_block)
         kept = sum(len(hits(o.evidence, o.ranked[:10]) & hits(o.evidence, o.block)) for o in with_block)
         result.block_share = kept / top if top else None
-        result.directives_top10 = sum(o.directives_top10 for o in with_block) / len(with_block)
         result.directives_block = sum(o.directives_block for o in with_block) / len(with_block)
     answered = [o for o in outcomes if o.answer_in_block is not None]
     if answered:

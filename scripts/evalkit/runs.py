@@ -52,12 +52,11 @@ async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, bu
             ranked = (await client.recall(chat_id, {**body, "budget_tokens": RANK_BUDGET,
                                                     "max_memories": RANK_DEPTH}))["memories"]
             # The evidence ranking: core memories (pinned, rules, synopsis, directives) have their own place
-            # in the block and never take an evidence slot; they count in dir@10 and in the block.
+            # in the block and never take an evidence slot; they count in the block ("dirs").
             ranking = [m for m in ranked if not m.get("core")]
             block = await client.recall(chat_id, {**body, "budget_tokens": budget})
             out = Outcome(q["id"], chat["lang"], q["category"], q["evidence"], [_range(m) for m in ranking],
                           block=[_range(m) for m in block["memories"]],
-                          directives_top10=sum(m["type"] in DIRECTIVE_TYPES for m in ranked[:10]),
                           directives_block=sum(m["type"] in DIRECTIVE_TYPES for m in block["memories"]),
                           answer_in_block=answer_found(q["answer"], block["text"]) if q.get("answer") else None)
             if q["stale"]:

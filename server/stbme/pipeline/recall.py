@@ -177,10 +177,11 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     lang = settings("recall.language")
     if lang == "auto":
         lang = detect_language([q.query] + [s.node.label for s in result[:5]])
-    weights = lexical.term_weights(" ".join([plan.text, *plan.borrowed_names]))
+    line_tokens = settings("recall.line_tokens")
+    weights = lexical.term_weights(" ".join([plan.text, *plan.borrowed_names])) if line_tokens else None
     text, placed = render_block([s.node for s in core], q.budget_tokens, lang, evidence=[s.node for s in result],
                                 directive_share=settings("recall.directive_share"), today=now,
-                                query_weights=weights, line_tokens=settings("recall.line_tokens"))
+                                query_weights=weights, line_tokens=line_tokens)
     placed_ids = {n.id for n in placed}
     # In the block's order: the core sections come before the evidence.
     chosen = [s for s in core if s.node.id in placed_ids] + [s for s in result if s.node.id in placed_ids]

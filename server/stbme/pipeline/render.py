@@ -136,10 +136,9 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
     said: set[str] = set()
     sections_used: set[str] = set()
     shorten = (lambda text: focus(text, query_weights, line_tokens)) if query_weights and line_tokens else None
-    core_ids = {id(n) for n in nodes}
-    for node in [*nodes, *evidence]:
-        line, tokens = fit_tokens(render_line(node, lang, today, None if id(node) in core_ids else shorten),
-                                  line_cap)
+    # Only evidence is shortened: the core (pinned, rules, directives) is always shown whole.
+    for node, node_shorten in [*((n, None) for n in nodes), *((n, shorten) for n in evidence)]:
+        line, tokens = fit_tokens(render_line(node, lang, today, node_shorten), line_cap)
         section = section_of(node)
         cost = tokens + 1
         if section not in sections_used:
