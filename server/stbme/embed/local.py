@@ -6,11 +6,11 @@ earlier versions stay valid. Threads:
 - every product runs on the calling thread (BLAS limited to one thread, unless OPENBLAS_NUM_THREADS or
   the like says otherwise): a multi-threaded product splits each call over all cores and stalls
   whenever anything else runs. Throughput comes from running bulk slices on several threads at once;
-- a recall's query never waits behind bulk work: it has its own lane (thread). Between slices the bulk
-  workers wait while a query is in flight, so a query shares the cores with at most the rest of the
-  running slices; and the bulk workers run at a lower OS priority, so meanwhile the kernel gives the
-  query most of a core. Not the lowest priority: that stalls a first ingest whenever anything else
-  keeps the machine busy.
+- a recall's query never waits behind bulk work: it has its own lane (thread). While a query is in
+  flight, bulk slices start only on the other cores (one core is left to the query; on one core the
+  bulk work waits), so a query shares a core with at most one slice started before it; and the bulk
+  workers run at a lower OS priority, so meanwhile the kernel gives the query most of a core. Not the
+  lowest priority: that stalls a first ingest whenever anything else keeps the machine busy.
 """
 
 from __future__ import annotations
@@ -92,6 +92,9 @@ class LocalEmbedder(Embedder):
             bulk_workers, thread_name_prefix="stbme-embed-bulk", initializer=_lower_thread_priority,
             initargs=(bulk_nice,))
         self._queries = 0                      # queries waiting or running
+        self._bulk_running = 0                 # bulk slices running
+        # While a query is in flight, bulk slices may run on the other cores only (one core for the query).
+        self._bulk_alongside_queries = bulk_workers - 1
         self._no_queries = threading.Condition()
         self._closed = False
         self._warming = False
@@ -160,8 +163,15 @@ class LocalEmbedder(Embedder):
 
     def _bulk_slice(self, texts: list[str]) -> np.ndarray:
         with self._no_queries:
-            self._no_queries.wait_for(lambda: self._queries == 0 or self._closed)
-        return self._passages(texts)
+            self._no_queries.wait_for(lambda: self._queries == 0 or self._closed
+                                      or self._bulk_running < self._bulk_alongside_queries)
+            self._bulk_running += 1
+        try:
+            return self._passages(texts)
+        finally:
+            with self._no_queries:
+                self._bulk_running -= 1
+                self._no_queries.notify_all()
 
     def _query_done(self, _future=None) -> None:
         with self._no_queries:

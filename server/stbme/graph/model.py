@@ -132,7 +132,8 @@ EDGE_COLUMNS = tuple(f.name for f in dataclasses.fields(Edge))
 
 
 def edge_to_row(edge: Edge) -> dict[str, Any]:
-    row = dataclasses.asdict(edge)
+    # Not dataclasses.asdict: its deep copy of every field cost more than the INSERT in a bulk ingest.
+    row = {col: getattr(edge, col) for col in EDGE_COLUMNS}
     row["inhibitory"] = int(edge.inhibitory)
     return row
 

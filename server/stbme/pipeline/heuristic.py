@@ -154,9 +154,13 @@ class _Graph:
             "SELECT id FROM nodes WHERE chat_id = ? AND type = 'event' AND source = 'heuristic' AND seq_from IN"
             f" ({','.join('?' * len(indexes))}) ORDER BY rowid", (self.cs.chat_id, *indexes))]
 
-    def mention(self, key: str, index: int) -> list[int]:
+    def mention(self, key: str, index: int) -> None:
         self.conn.execute("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx) VALUES (?,?,?)",
                           (self.cs.chat_id, key, index))
+
+    def mentions_of(self, key: str) -> list[int]:
+        """The messages that mention a name (read only for names not yet anchors: an anchor's list grows
+        with the chat, and reading it at every mention made a long ingest quadratic)."""
         return [r[0] for r in self.conn.execute(
             "SELECT idx FROM mentions WHERE chat_id = ? AND name_key = ? ORDER BY idx", (self.cs.chat_id, key))]
 
@@ -218,13 +222,13 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
                 cs.add_edge(graph.named[key], event_id, "involved_in", Strength.MENTION)
         for name in mentioned:
             key = _name_key(name)
-            indexes = graph.mention(key, msg.index)
+            graph.mention(key, msg.index)
             if key in linked:
                 continue
             if key in graph.named:
                 targets = events
-            elif len(indexes) >= 2:  # a name that recurs becomes an anchor, linked to every mention
-                graph.named_node(name, "entity")
+            elif len(indexes := graph.mentions_of(key)) >= 2:  # a name that recurs becomes an anchor,
+                graph.named_node(name, "entity")                # linked to every mention
                 targets = graph.events_of_messages(indexes)
             else:
                 continue

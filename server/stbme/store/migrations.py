@@ -284,6 +284,22 @@ def m006_story_days(conn: sqlite3.Connection) -> None:
     conn.execute(_STORY_MENTIONED_DAYS.format(source="nodes AS new,") + " AND new.story_time IS NOT NULL")
 
 
+@migration
+def m007_ingest_indexes(conn: sqlite3.Connection) -> None:
+    """Two lookups a long first ingest makes per message, which scanned what the chat had so far (so the
+    ingest was quadratic): an edge by its two ends (before: every edge of its source; a speaker has one
+    per message; the new index also serves every query of edges_from, which it replaces), and the event
+    just before a message (before: every node of the chat, sorted)."""
+    _run_script(
+        conn,
+        """
+        CREATE INDEX edges_pair ON edges (chat_id, from_id, to_id, relation);
+        DROP INDEX edges_from;
+        CREATE INDEX nodes_by_seq ON nodes (chat_id, seq_to)
+        """
+    )
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(
