@@ -214,6 +214,8 @@ async def run_variant(label: str, code: Path, chat: RoleplayChat, n: int, root: 
             cpu_idle = watch.sample()
             out["recall_idle"] = await recall_window(session, url, requests, 1, IDLE_WINDOW_S)
             out["recall_idle"]["other_cpu"] = watch.other_cores(cpu_idle)
+            # The floor of the 4-client figure: four clients with no ingest at all (CPU-bound on few cores).
+            out["recall_idle_4"] = await recall_window(session, url, requests, 4, IDLE_WINDOW_S)
         else:
             out["timed_out_at"] = dict(state)
     server.stop()
@@ -290,6 +292,8 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
         ("  windows ended before the ingest did", lambda r: "yes" if r["recall_during_ingest"] else "NO"),
         ("recall on the idle server, 1 client p50 / p95, ms", lambda r: " / ".join(
             fmt(r.get("recall_idle", {}).get(k), ".0f") for k in ("p50", "p95"))),
+        ("recall on the idle server, 4 clients p50 / p95, ms", lambda r: " / ".join(
+            fmt(r.get("recall_idle_4", {}).get(k), ".0f") for k in ("p50", "p95"))),
         ("restart: process start to /health, s", lambda r: fmt(r["restart"]["health_s"], ".2f")),
         ("restart: first recall, ms", lambda r: fmt(r["restart"]["first_recall_ms"], ".0f")),
         ("restart: first recall keyword-only (still loading)", lambda r: "yes" if r["restart"]["first_degraded"]

@@ -50,6 +50,7 @@ READ_ABLATIONS = {
     "raw input (recall.query_cleanup false)": {"recall.query_cleanup": False},
     "no days (recall.time_weight 0)": {"recall.time_weight": 0.0},
     "no graph (recall.graph_weight 0)": {"recall.graph_weight": 0.0},
+    "no latest word (recall.latest_weight 0)": {"recall.latest_weight": 0.0},
     "no exchange neighbours (recall.neighbour_share 0)": {"recall.neighbour_share": 0.0},
     "no references (recall.recent_turns 0)": {"recall.recent_turns": 0},
     "floors off (min_similarity, vector_margin, min_bm25 0)": {"recall.min_similarity": 0.0,

@@ -218,3 +218,38 @@ async def test_the_block_shows_a_long_memory_by_its_answer_and_fits_more(sidecar
     await sidecar.settings_service.update_chat("c", {"recall.line_tokens": 0})
     whole = (await recall(sidecar, "c", query))["text"]
     assert "net needle" in whole
+
+
+# Stage: for a question about now, the memories that say the subject changed (pipeline/current.py)
+def test_a_question_about_now_and_a_sentence_that_states_a_change():
+    from stbme.pipeline.current import asks_about_now, states_a_change
+    assert asks_about_now("Where is Mara living now?") and asks_about_now("江离如今的相好是谁？")
+    assert asks_about_now("What does Harlan do for work these days?")
+    assert not asks_about_now("Where did Mara live in the spring?") and not asks_about_now("江离以前跟谁好过？")
+    assert states_a_change("Lovely weather. Mara packed up and left the tannery. Tea?", ["mara"])
+    assert states_a_change("“何川不在市图书馆干了，现在去人民医院当录音师了。”", ["何川"])
+    assert states_a_change("(OOC: small fix, Corvin's eyes are green, not grey.)", ["corvin"])
+    assert not states_a_change("Mara rents the little room above the tannery.", ["mara"])
+    assert not states_a_change("Mara is fine. Harlan moved to the quay.", ["mara"])  # the change is someone else's
+
+
+async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sidecar):
+    chat = []
+    for i in range(60):
+        if i % 2 == 0:
+            chat.append({"role": "user", "name": "Alex", "text": f"Tell me more, turn {i}."})
+        else:
+            chat.append({"role": "assistant", "name": "Elena", "text": f"The tide was calm again on turn {i}."})
+    for i in (9, 15, 21):  # the old lodging, said more often and in the question's own words
+        chat[i] = {"role": "assistant", "name": "Elena",
+                   "text": f"Mara is living in the room above the tannery, living there for years ({i})."}
+    chat[41] = {"role": "assistant", "name": "Elena",
+                "text": "Some news. Mara packed up and left the tannery. She found a place by the north quay."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    query = {"query": "Where is Mara living now?", "budget_tokens": 800}
+    first = (await recall(sidecar, "c", query))["memories"][0]
+    assert first["seq_range"][0] == 41 and first["score_parts"]["latest"] > 0
+    await sidecar.settings_service.update_global({"recall.latest_weight": 0})
+    first = (await recall(sidecar, "c", query))["memories"][0]
+    assert first["seq_range"][0] != 41  # without the stage the older, wordier memory wins

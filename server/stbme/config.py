@@ -76,6 +76,9 @@ SETTINGS: tuple[Setting, ...] = (
       "Weight of the BM25 ranking in reciprocal-rank fusion (measured best at about 2).", min=0, max=10),
     S("recall.time_weight", 3.0, "float", "Weight of the memories of the days a question names (\"on March 4\", "
       "\"the day after the festival\", 六天前) in fusion; 0 = dates are not read.", min=0, max=20),
+    S("recall.latest_weight", 1.0, "float", "Weight of the memories that say the question's subject changed "
+      "(\"moved\", \"quit\", \"now\", 搬, 改, 不再), newest first, for a question about now (\"where does "
+      "she live now?\"): the last word beats what was true before.", min=0, max=10),
     S("recall.graph_weight", 0.5, "float", "Weight of the memories reached through the names the first hits "
       "involve (multi-hop questions) in fusion; 0 = off.", min=0, max=10),
     S("recall.neighbour_share", 0.8, "float", "The message just before or after a strong hit rises to this "

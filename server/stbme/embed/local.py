@@ -6,10 +6,11 @@ earlier versions stay valid. Threads:
 - every product runs on the calling thread (BLAS limited to one thread, unless OPENBLAS_NUM_THREADS or
   the like says otherwise): a multi-threaded product splits each call over all cores and stalls
   whenever anything else runs. Throughput comes from running bulk slices on several threads at once;
-- a recall's query never waits behind bulk work: it has its own lane (thread). While a query is in
-  flight, bulk slices start only on the other cores (one core is left to the query; on one core the
-  bulk work waits), so a query shares a core with at most one slice started before it; and the bulk
-  workers run at a lower OS priority, so meanwhile the kernel gives the query most of a core. Not the
+- a recall's query never waits behind bulk work: it has its own lane (thread). Each query in flight
+  takes a core from the bulk work: a bulk slice starts only while fewer slices than the free cores run
+  (one query on two cores: one slice; two queries: none), so a query shares a core with at most a slice
+  started before it; and the bulk workers run at a lower OS priority, so meanwhile the kernel gives the
+  query most of a core. Not the
   lowest priority: that stalls a first ingest whenever anything else keeps the machine busy.
 """
 
@@ -93,8 +94,7 @@ class LocalEmbedder(Embedder):
             initargs=(bulk_nice,))
         self._queries = 0                      # queries waiting or running
         self._bulk_running = 0                 # bulk slices running
-        # While a query is in flight, bulk slices may run on the other cores only (one core for the query).
-        self._bulk_alongside_queries = bulk_workers - 1
+        self._bulk_workers = bulk_workers
         self._no_queries = threading.Condition()
         self._closed = False
         self._warming = False
@@ -163,8 +163,9 @@ class LocalEmbedder(Embedder):
 
     def _bulk_slice(self, texts: list[str]) -> np.ndarray:
         with self._no_queries:
-            self._no_queries.wait_for(lambda: self._queries == 0 or self._closed
-                                      or self._bulk_running < self._bulk_alongside_queries)
+            # A core for each query in flight (its embedding, then its search); bulk work gets the rest.
+            self._no_queries.wait_for(lambda: self._closed
+                                      or self._bulk_running < self._bulk_workers - self._queries)
             self._bulk_running += 1
         try:
             return self._passages(texts)

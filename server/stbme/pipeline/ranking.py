@@ -74,7 +74,7 @@ def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, 
         parts = {"fusion": fusion, "importance": row["importance"] / 10, "recency": recency(row["seq_to"]),
                  "vector": max((raw[n].get(node_id, 0.0) for n in raw if n.startswith("vec")), default=0.0),
                  "lexical": max((raw[n].get(node_id, 0.0) for n in raw if n.startswith("lex")), default=0.0)}
-        for name in ("time", "graph"):
+        for name in ("time", "graph", "latest"):
             if name in raw and node_id in raw[name]:
                 parts[name] = raw[name][node_id]
         score = (fusion + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * row["weight"])

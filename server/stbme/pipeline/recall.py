@@ -18,9 +18,10 @@ import dataclasses
 import time
 
 import numpy as np
+import orjson
 
 from ..embed import EmbedError, EmbeddingService
-from ..graph.model import NODE_COLUMNS, node_from_row
+from ..graph.model import NODE_COLUMNS, node_from_row, node_text
 from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
 from ..policy import REINFORCE_STEP
@@ -28,6 +29,7 @@ from ..store import Store
 from ..store.queries import latest_send_date, message_count, nodes_by_ids
 from ..tokens import count_tokens, last_tokens
 from .candidates import Ranking, anchor_day, exchange_neighbours, graph_members, graph_ranking, time_ranking
+from .current import asks_about_now, latest_ranking
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, may_show, order,
                       relevant, score_rows)
@@ -134,6 +136,9 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)
     timed = await time_ranking(plan, weight=settings("recall.time_weight"), **extra)
     rankings += [timed] if timed else []
+    latest = await _latest(plan, rankings, store=store, chat_id=chat_id, lexical=lexical,
+                           weight=settings("recall.latest_weight"))
+    rankings += [latest] if latest else []
     fused = fuse(rankings)
     found = found_by_search(rankings, settings)
     seeds = sorted(found, key=lambda n: (-fused[n], n))
@@ -198,6 +203,18 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         "embed_ms": round(embed_ms, 2),
         **({"degraded": degraded} if degraded else {}),
     }
+
+
+async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, chat_id: str, lexical,
+                  weight: float) -> Ranking | None:
+    """For a question about now: the keyword and vector candidates that say their subject changed."""
+    if weight <= 0 or not asks_about_now(plan.text):
+        return None
+    ids = list(dict.fromkeys(n for r in rankings for n in r.ids))
+    rows = await store.read(lambda conn: nodes_by_ids(conn, chat_id, ids, columns="id, fields, seq_to",
+                                                      where="AND archived = 0"))
+    texts = {r["id"]: (node_text(orjson.loads(r["fields"])), r["seq_to"]) for r in rows}
+    return latest_ranking(texts, lexical=lexical, topic=plan.topic or plan.text, weight=weight)
 
 
 def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:

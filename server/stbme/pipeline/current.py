@@ -1,0 +1,65 @@
+"""Questions about how things stand now, and the memories that say something changed.
+
+"Where is Mara living now?" wants the last word on Mara's lodging, and a long chat holds every earlier one
+too: "Mara rents the room above the bakery" matches the question as well as "Mara packed up and left the
+bakery; she found a place by the docks", and is older. For a question that asks about the present, the
+candidates with a sentence that names the question's subject and says it changed ("moved", "quit", "now",
+"instead", "not X any more", 搬, 改, 不再, 现在 ...) form one more list for fusion, newest first.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..index import LexicalIndex
+from .candidates import Ranking
+from .snippet import sentences
+
+_NOW_EN = re.compile(r"\b(now|nowadays|these days|today|currently|at the moment|any ?more|still|lately|"
+                     r"at present|right now)\b", re.I)
+_NOW_ZH = re.compile(r"现在|如今|目前|眼下|这些天|这几天|最近|今天|还在|而今|当下")
+_CHANGE_EN = re.compile(
+    r"\b(now|instead|any ?more|no longer|not any more|moved|moving|move[sd]? (?:in|out)|quit|left|leaving|"
+    r"changed?|switched|swapped|replaced|packed up|walked out|broke (?:it )?off|broken up|split up|"
+    r"finished|over between|is over|took (?:it|the)\b.*\b(?:and )?put|found a (?:new )?(?:place|job)|"
+    r"new (?:place|job|home|spot)|started (?:working|seeing|living)|correction|fix|rather|actually)\b"
+    r"|,\s*not\s+\w", re.I)
+_CHANGE_ZH = re.compile(r"现在|如今|改|换|搬|挪|不再|已经|不干了|不在|散了|断了|分手|分开|离开|走了|辞了|"
+                        r"不是.{1,12}[，,]?(?:而)?是|更正|修正|纠正|其实")
+SUBJECT_TERMS = 2   # the question's rarest terms: one of them must be in the changing sentence
+
+
+def asks_about_now(text: str) -> bool:
+    return bool(_NOW_EN.search(text) or _NOW_ZH.search(text))
+
+
+def _subject_terms(lexical: LexicalIndex, topic: str) -> list[str]:
+    """The question's rarest terms in this chat (its subject: a name, a thing), present-tense cues left out."""
+    bare = _NOW_ZH.sub(" ", _NOW_EN.sub(" ", topic))
+    weights = lexical.term_weights(bare)
+    return sorted(weights, key=lambda t: (-weights[t], t))[:SUBJECT_TERMS]
+
+
+def states_a_change(text: str, subject: list[str]) -> bool:
+    """Does a sentence of `text` name the subject and say it changed?"""
+    for sentence in sentences(text):
+        folded = sentence.lower()
+        if any(term in folded for term in subject) and (_CHANGE_EN.search(sentence) or _CHANGE_ZH.search(sentence)):
+            return True
+    return False
+
+
+def latest_ranking(texts: dict[str, tuple[str, int | None]], *, lexical: LexicalIndex, topic: str,
+                   weight: float) -> Ranking | None:
+    """Of the candidates ({id: (text, message index)}), those that state a change of the question's subject
+    (`topic`: a question about now), newest first; None when none does."""
+    if weight <= 0:
+        return None
+    subject = _subject_terms(lexical, topic)
+    if not subject:
+        return None
+    changed = {n: seq for n, (text, seq) in texts.items() if seq is not None and states_a_change(text, subject)}
+    if not changed:
+        return None
+    ids = sorted(changed, key=lambda n: (-changed[n], n))
+    return Ranking("latest", weight, ids, {n: 1.0 / (r + 1) for r, n in enumerate(ids)})
