@@ -253,3 +253,19 @@ async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sid
     await sidecar.settings_service.update_global({"recall.latest_weight": 0})
     first = (await recall(sidecar, "c", query))["memories"][0]
     assert first["seq_range"][0] != 41  # without the stage the older, wordier memory wins
+
+
+def test_changes_said_in_words_the_recall_set_never_uses():
+    from stbme.pipeline.current import states_a_change
+    # Phrasings written apart from the evaluation set's templates: every one states a change.
+    changes = [("Mara's been bunking at the lighthouse ever since the fire.", "mara"),
+               ("These days Tobin sleeps in the boathouse.", "tobin"),
+               ("Harlan got a new job hauling nets for the Drevins.", "harlan"),
+               ("He gave up the smithy, Corvin did.", "corvin"),
+               ("Osric relocated the ledger to the cellar.", "ledger"),
+               ("白露后来搬去了城东。", "白露"), ("周掌柜早就不在镖局了。", "周掌柜"),
+               ("阿梨转行当了郎中。", "阿梨"), ("方泽和白露分道扬镳了。", "方泽")]
+    assert [t for t, subject in changes if not states_a_change(t, [subject])] == []
+    steady = [("Mara rents the room above the tannery.", "mara"), ("Tobin likes the boathouse.", "tobin"),
+              ("阿梨在回春堂当学徒。", "阿梨")]
+    assert [t for t, subject in steady if states_a_change(t, [subject])] == []

@@ -19,13 +19,14 @@ _NOW_EN = re.compile(r"\b(now|nowadays|these days|today|currently|at the moment|
                      r"at present|right now)\b", re.I)
 _NOW_ZH = re.compile(r"现在|如今|目前|眼下|这些天|这几天|最近|今天|还在|而今|当下")
 _CHANGE_EN = re.compile(
-    r"\b(now|instead|any ?more|no longer|not any more|moved|moving|move[sd]? (?:in|out)|quit|left|leaving|"
-    r"changed?|switched|swapped|replaced|packed up|walked out|broke (?:it )?off|broken up|split up|"
-    r"finished|over between|is over|took (?:it|the)\b.*\b(?:and )?put|found a (?:new )?(?:place|job)|"
-    r"new (?:place|job|home|spot)|started (?:working|seeing|living)|correction|fix|rather|actually)\b"
+    r"\b(now|instead|any ?more|no longer|not any more|these days|nowadays|lately|since|ever since|"
+    r"moved|moving|move[sd]? (?:in|out)|relocated|quit|left|leaving|gave up|changed?|switched|swapped|"
+    r"replaced|packed up|walked out|broke (?:it )?off|broken up|split up|finished|over between|is over|"
+    r"took (?:it|the)\b.*\b(?:and )?put|found a (?:new )?(?:place|job)|new (?:place|job|home|spot)|"
+    r"got a (?:new )?job|started (?:working|seeing|living)|correction|fix|rather|actually)\b"
     r"|,\s*not\s+\w", re.I)
-_CHANGE_ZH = re.compile(r"现在|如今|改|换|搬|挪|不再|已经|不干了|不在|散了|断了|分手|分开|离开|走了|辞了|"
-                        r"不是.{1,12}[，,]?(?:而)?是|更正|修正|纠正|其实")
+_CHANGE_ZH = re.compile(r"现在|如今|目前|最近|后来|改|换|搬|挪|转行|不再|已经|早就|不干了|不在|散了|断了|分手|分开|"
+                        r"分道扬镳|离开|走了|辞了|不是.{1,12}[，,]?(?:而)?是|更正|修正|纠正|其实")
 SUBJECT_TERMS = 2   # the question's rarest terms: one of them must be in the changing sentence
 
 
