@@ -24,6 +24,7 @@ from .e5_file import ModelWeights, load
 META = "\u2581"
 _SPACES = re.compile(" {2,}")
 ROWS_PER_PASS = 4096   # tokens per forward pass: bounds the activations (~25 MB for the widest)
+SCORE_CELLS = 8 << 20  # attention scores per pass (x4 bytes): 512-token windows go two at a time
 
 
 class E5Engine:
@@ -75,7 +76,7 @@ class E5Engine:
         start = 0
         while start < len(order):
             end = start + 1
-            while end < len(order) and (end - start + 1) * (len(windows[order[end]][1]) + 2) <= ROWS_PER_PASS:
+            while end < len(order) and self._fits(end - start + 1, len(windows[order[end]][1]) + 2):
                 end += 1
             group = [windows[w] for w in order[start:end]]
             means = self._forward([seq for _, seq in group])
@@ -87,6 +88,10 @@ class E5Engine:
         vectors = (sums / weights[:, None]).astype(np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.maximum(norms, 1e-6)
+
+    def _fits(self, count: int, width: int) -> bool:
+        """Can `count` windows padded to `width` tokens go through one pass?"""
+        return count * width <= ROWS_PER_PASS and count * width * width * self.weights.heads <= SCORE_CELLS
 
     def _forward(self, sequences: list[list[int]]) -> np.ndarray:
         """Mean-pooled last hidden states of <s> seq </s> for each sequence, one padded batch."""
