@@ -143,3 +143,41 @@ async def test_not_ready_from_the_warm_up_call_until_it_is_done():
     await wait_for(lambda: emb.ready, "the warm-up's done callback")
     assert (await emb.embed_query("hello")).shape == (384,)
     await emb.close()
+
+
+async def test_queries_waiting_together_are_embedded_in_one_batch(model_embedder):
+    emb = LocalEmbedder(max_tokens=64, bulk_nice=0)
+    emb._model = model_embedder._get_model()
+    calls = []
+    original = emb._model.embed
+
+    def counting(texts, is_query=False, **kw):
+        calls.append(list(texts))
+        return original(texts, is_query, **kw)
+
+    emb._model.embed = counting
+    gate = threading.Event()
+    emb._query_lane.submit(gate.wait)   # the lane is busy: the three queries wait together
+    questions = ["Where is the silver key?", "钥匙藏在哪儿了？", "Who took the boat at dawn?"]
+    tasks = [asyncio.ensure_future(emb.embed_query(q)) for q in questions]
+    await wait_for(lambda: len(emb._pending) == 3, "three queries waiting")
+    gate.set()
+    vectors = await asyncio.gather(*tasks)
+    emb._model.embed = original
+    assert calls == [questions]
+    for q, vec in zip(questions, vectors):
+        assert np.allclose(vec, emb.embed_query_sync(q), atol=1e-4)
+    assert emb._queries == 0
+    await emb.close()
+
+
+async def test_close_cancels_queries_still_waiting():
+    emb = LocalEmbedder(bulk_nice=0)
+    gate = threading.Event()
+    emb._query_lane.submit(gate.wait)
+    task = asyncio.ensure_future(emb.embed_query("never embedded"))
+    await wait_for(lambda: len(emb._pending) == 1, "the query waiting")
+    await emb.close()
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task

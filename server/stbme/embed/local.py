@@ -95,6 +95,8 @@ class LocalEmbedder(Embedder):
         self._bulk_running = 0                 # bulk slices running
         self._bulk_workers = bulk_workers
         self._no_queries = threading.Condition()
+        self._pending: list[tuple[str, concurrent.futures.Future]] = []   # queries not yet taken by the lane
+        self._pending_lock = threading.Lock()
         self._closed = False
         self._warming = False
 
@@ -191,18 +193,43 @@ class LocalEmbedder(Embedder):
     async def embed_query(self, text: str) -> np.ndarray:
         with self._no_queries:
             self._queries += 1  # counted before it is queued: the bulk lane yields from now on
-        try:
-            future = self._query_lane.submit(self._query, text)
-        except BaseException:
-            self._query_done()
-            raise
+        future: concurrent.futures.Future = concurrent.futures.Future()
         future.add_done_callback(self._query_done)  # also when cancelled before it ran
+        with self._pending_lock:
+            self._pending.append((text, future))
+        try:
+            self._query_lane.submit(self._embed_pending_queries)
+        except BaseException:
+            future.cancel()
+            raise
         return await asyncio.wrap_future(future)
+
+    def _embed_pending_queries(self) -> None:
+        """Every query waiting when the lane gets to it, in one batch: recalls at the same moment (several
+        clients, the parts of one question) share each weight matrix's pass instead of queueing."""
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        batch = [(text, f) for text, f in batch if f.set_running_or_notify_cancel()]
+        if not batch:
+            return
+        try:
+            vectors = normalize_rows(self._get_model().embed([t[:MAX_CHARS] or " " for t, _ in batch],
+                                                             is_query=True))
+        except BaseException as exc:
+            for _, f in batch:
+                f.set_exception(exc)
+            return
+        for (_, f), vec in zip(batch, vectors):
+            f.set_result(vec)
 
     async def close(self) -> None:
         with self._no_queries:
             self._closed = True
             self._no_queries.notify_all()
+        with self._pending_lock:
+            waiting, self._pending = self._pending, []
+        for _, future in waiting:
+            future.cancel()
         for lane in (self._query_lane, self._bulk_lane):
             with contextlib.suppress(Exception):
                 lane.shutdown(wait=False, cancel_futures=True)
