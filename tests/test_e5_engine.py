@@ -83,3 +83,9 @@ def test_a_file_that_is_not_a_model_is_refused(tmp_path):
     bad.write_bytes(good[:200_000])
     with pytest.raises(ModelFileError):
         load(bad)
+
+
+def test_a_lone_surrogate_is_replaced_not_fatal(engines):
+    ours, _ = engines
+    vec = ours.embed(["Mara \ud800 left"])
+    assert vec.shape == (1, 384) and abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5

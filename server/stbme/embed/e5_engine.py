@@ -42,6 +42,10 @@ class E5Engine:
 
     # -- tokens -------------------------------------------------------------------------------
     def _prepare(self, text: str) -> str:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (no JSON parser here lets one in, but a caller might)
+            text = text.encode("utf-8", "replace").decode("utf-8")
         text = _SPACES.sub(" ", text.translate(self._normalise))
         return (text if text.startswith(" ") else " " + text).replace(" ", META)
 
