@@ -145,7 +145,7 @@ async def test_not_ready_from_the_warm_up_call_until_it_is_done():
     await emb.close()
 
 
-async def test_queries_waiting_together_are_embedded_in_one_batch(model_embedder):
+async def test_queries_waiting_together_are_embedded_in_one_batch(model_embedder, monkeypatch):
     emb = LocalEmbedder(max_tokens=64, bulk_nice=0)
     emb._model = model_embedder._get_model()
     calls = []
@@ -155,7 +155,7 @@ async def test_queries_waiting_together_are_embedded_in_one_batch(model_embedder
         calls.append(list(texts))
         return original(texts, is_query, **kw)
 
-    emb._model.embed = counting
+    monkeypatch.setattr(emb._model, "embed", counting)  # undone even when an assertion fails
     gate = threading.Event()
     emb._query_lane.submit(gate.wait)   # the lane is busy: the three queries wait together
     questions = ["Where is the silver key?", "钥匙藏在哪儿了？", "Who took the boat at dawn?"]
@@ -163,7 +163,6 @@ async def test_queries_waiting_together_are_embedded_in_one_batch(model_embedder
     await wait_for(lambda: len(emb._pending) == 3, "three queries waiting")
     gate.set()
     vectors = await asyncio.gather(*tasks)
-    emb._model.embed = original
     assert calls == [questions]
     for q, vec in zip(questions, vectors):
         assert np.allclose(vec, emb.embed_query_sync(q), atol=1e-4)

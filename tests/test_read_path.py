@@ -166,13 +166,14 @@ async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar):
     assert 9 not in by_seq  # the message before the question belongs to another exchange
 
 
+def _quiet_chat(n: int) -> list[dict]:
+    """Small talk that matches no question, for planting the few messages a test is about."""
+    return [{"role": "user", "name": "Alex", "text": f"Tell me more, turn {i}."} if i % 2 == 0 else
+            {"role": "assistant", "name": "Elena", "text": f"The tide was calm again on turn {i}."} for i in range(n)]
+
+
 async def test_the_graph_lifts_the_memories_of_a_less_common_name_of_the_first_hit(sidecar):
-    chat = []
-    for i in range(60):
-        if i % 2 == 0:
-            chat.append({"role": "user", "name": "Alex", "text": f"Tell me more, turn {i}."})
-        else:
-            chat.append({"role": "assistant", "name": "Elena", "text": f"The tide was calm again on turn {i}."})
+    chat = _quiet_chat(60)
     chat[11] = {"role": "assistant", "name": "Elena", "text": "Corvin pulled you out of the river that spring."}
     for i in (21, 25, 41, 45):  # other swords, each said more often than the one asked about
         chat[i] = {"role": "assistant", "name": "Elena", "text": f"The sword, the old sword of Tomas, rusts ({i})."}
@@ -234,12 +235,7 @@ def test_a_question_about_now_and_a_sentence_that_states_a_change():
 
 
 async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sidecar):
-    chat = []
-    for i in range(60):
-        if i % 2 == 0:
-            chat.append({"role": "user", "name": "Alex", "text": f"Tell me more, turn {i}."})
-        else:
-            chat.append({"role": "assistant", "name": "Elena", "text": f"The tide was calm again on turn {i}."})
+    chat = _quiet_chat(60)
     for i in (9, 15, 21):  # the old lodging, said more often and in the question's own words
         chat[i] = {"role": "assistant", "name": "Elena",
                    "text": f"Mara is living in the room above the tannery, living there for years ({i})."}

@@ -19,8 +19,6 @@ import numpy as np
 MAGIC = b"E5S1"
 BLOCK = 32                       # weights per Q4_0 block
 BLOCK_BYTES = 2 + BLOCK // 2     # float16 scale + 16 bytes of nibbles
-LAYER_TENSORS = ("q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "ao.w", "ao.b", "aln.w", "aln.b",
-                 "fi.w", "fi.b", "fo.w", "fo.b", "oln.w", "oln.b")
 
 
 class ModelFileError(ValueError):

@@ -9,8 +9,8 @@ earlier versions stay valid. Threads:
 - a recall's query never waits behind bulk work: it has its own lane (thread). While queries are in
   flight, bulk slices start only on the other cores (on one core the bulk work waits), so a query
   shares a core with at most one slice started before it; and the bulk workers run at a lower OS
-  priority, so meanwhile the kernel gives the query most of a core. Not the
-  lowest priority: that stalls a first ingest whenever anything else keeps the machine busy.
+  priority, so meanwhile the kernel gives the query most of a core. Not the lowest priority: that
+  stalls a first ingest whenever anything else keeps the machine busy.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Awaitable
 
 import numpy as np
 
-from .base import Embedder, EmbedError, normalize_rows
+from .base import Embedder, EmbedError
 
 log = logging.getLogger("stbme.embed")
 
@@ -108,7 +108,7 @@ class LocalEmbedder(Embedder):
 
     def load(self) -> None:
         """Load the model and touch its pages with one small query, so the first recall is quick."""
-        self._query(" ")
+        self._embed_queries([" "])
 
     def warm_up(self) -> Awaitable[None]:
         """Load the model on the query lane. Not ready from this call on (not from the first await): a
@@ -142,12 +142,11 @@ class LocalEmbedder(Embedder):
         out = []
         for start in range(0, len(texts), self.batch_size):
             chunk = [self.clip(t) for t in texts[start:start + self.batch_size]]
-            out.append(model.embed(chunk, is_query=False))
-        return normalize_rows(np.vstack(out)) if out else np.zeros((0, self.dim), np.float32)
+            out.append(model.embed(chunk, is_query=False))   # unit vectors already
+        return np.vstack(out) if out else np.zeros((0, self.dim), np.float32)
 
-    def _query(self, text: str) -> np.ndarray:
-        vec = self._get_model().embed([text[:MAX_CHARS] or " "], is_query=True)
-        return normalize_rows(vec)[0]
+    def _embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._get_model().embed([t[:MAX_CHARS] or " " for t in texts], is_query=True)
 
     def _slices(self, texts: list[str]) -> list[list[str]]:
         """Consecutive groups of about BULK_SLICE_TOKENS tokens (estimated from length; at least one text)."""
@@ -213,8 +212,7 @@ class LocalEmbedder(Embedder):
         if not batch:
             return
         try:
-            vectors = normalize_rows(self._get_model().embed([t[:MAX_CHARS] or " " for t, _ in batch],
-                                                             is_query=True))
+            vectors = self._embed_queries([text for text, _ in batch])
         except BaseException as exc:
             for _, f in batch:
                 f.set_exception(exc)
@@ -239,4 +237,4 @@ class LocalEmbedder(Embedder):
         return self._passages(list(texts))
 
     def embed_query_sync(self, text: str) -> np.ndarray:
-        return self._query(text)
+        return self._embed_queries([text])[0]

@@ -54,8 +54,6 @@ def latest_ranking(texts: dict[str, tuple[str, int | None]], *, lexical: Lexical
                    weight: float) -> Ranking | None:
     """Of the candidates ({id: (text, message index)}), those that state a change of the question's subject
     (`topic`: a question about now), newest first; None when none does."""
-    if weight <= 0:
-        return None
     subject = _subject_terms(lexical, topic)
     if not subject:
         return None
