@@ -94,3 +94,21 @@ async def test_the_nodes_list_says_what_the_chat_holds_by_type(client):
     archived = await ok_json(await client.get(url("/nodes"), params={"archived": "true"}))
     assert archived["types"] == {}
 
+
+async def test_an_edit_is_announced_as_routine_work_not_as_an_alarm(client):
+    """The notice the extension shows after an edit, a swipe or a deletion says what happens in words,
+    at level info (the progress line), without internal counts."""
+    await synced(client)
+    sc = client.server.app[services_key]
+    queue = sc.live.subscribe()
+    edited = [dict(m) for m in SILVER_KEY_CHAT]
+    edited[3] = {**edited[3], "text": "Fine, but bring the green umbrella, it will rain."}
+    await full_sync(client, CHAT, edited)
+    notices = []
+    while not queue.empty():
+        message = queue.get_nowait()
+        if message["type"] == "notice":
+            notices.append(message)
+    sc.live.unsubscribe(queue)
+    assert notices == [{"type": "notice", "level": "info", "chat_id": CHAT,
+                        "message": "message 3 changed: updating the memories from there on"}]
