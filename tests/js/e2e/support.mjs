@@ -16,6 +16,7 @@ export const REPO = path.resolve(here, '../../..');
 export const EXTENSION_DIR = path.join(REPO, 'st_extension');
 export const HOST_DIR = path.join(here, 'host');
 export const SCREENSHOTS = path.join(here, 'screenshots');
+const FONT_AWESOME = path.join(here, '..', 'node_modules', '@fortawesome', 'fontawesome-free');
 /** ST serves a third-party extension from here (extensions.js addExtensionScript). */
 export const EXTENSION_URL_PATH = '/scripts/extensions/third-party/st-bme-sidecar';
 export const REPO_LAYOUT_URL_PATH = '/scripts/extensions/third-party/st-bme-sidecar-repo';
@@ -94,6 +95,9 @@ export async function startStHost({ sidecarUrl, port = 0 }) {
     app.get('/', (req, res) => res.sendFile(path.join(HOST_DIR, 'index.html')));
     app.get('/script.js', (req, res) => res.type('text/javascript').sendFile(path.join(HOST_DIR, 'script.js')));
     app.use('/host', express.static(HOST_DIR, noCache));
+    // ST serves Font Awesome Free 6.5.2 from public/css and public/webfonts (index.html:23-24).
+    app.use('/css', express.static(path.join(FONT_AWESOME, 'css')));
+    app.use('/webfonts', express.static(path.join(FONT_AWESOME, 'webfonts')));
     app.use(EXTENSION_URL_PATH, express.static(EXTENSION_DIR, noCache));
     // The layout of "Install extension" from the repository URL: ST clones the whole repository, so its
     // manifest.json sits at the root and points into st_extension/ (see fixtures/repo-root-manifest.json).
