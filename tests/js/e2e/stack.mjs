@@ -4,13 +4,9 @@
 // state, so no test depends on what an earlier one left behind.
 import fs from 'node:fs';
 import assert from 'node:assert/strict';
-import { freePort, launchBrowser, SCREENSHOTS, startSidecar, startStHost, waitFor } from './support.mjs';
+import { LOADED_MS, freePort, launchBrowser, SCREENSHOTS, startSidecar, startStHost, waitFor } from './support.mjs';
 
-/**
- * The deadline of every wait in the e2e tests. Beside three numpy matmul loops and three `yes` (load about
- * 10 on 2 cores) the suite runs about 8 times slower than idle; a step that takes 10 s idle must still fit.
- */
-export const LOADED_MS = 120000;
+export { LOADED_MS };
 
 /** The extension's own settings in the test pages: deadlines for a loaded machine, a quick sync. */
 export const PAGE_SETTINGS = Object.freeze({

@@ -11,6 +11,14 @@ import { waitFor } from '../support/wait.mjs';
 
 export { waitFor };
 
+/**
+ * The deadline of every wait in the e2e tests. Beside three numpy matmul loops and three `yes` (load about
+ * 10 on 2 cores) the suite runs about 8 times slower than idle; a step that takes 10 s idle must still fit.
+ */
+export const LOADED_MS = 120000;
+/** A sidecar's start (Python, the bundled model) took more than 60 s at load 28 on 2 cores. */
+export const STARTUP_MS = 240000;
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(here, '../../..');
 export const EXTENSION_DIR = path.join(REPO, 'st_extension');
@@ -65,7 +73,7 @@ export async function startSidecar({ origins, settings = {}, dataDir, port } = {
             const res = await fetch(`${url}/health`);
             const data = await res.json();
             return data.ok === true;
-        }, { timeoutMs: 60000, intervalMs: 300, what: `the sidecar at ${url}` });
+        }, { timeoutMs: STARTUP_MS, intervalMs: 300, what: `the sidecar at ${url}` });
     } catch (error) {
         child.kill('SIGKILL');
         if (exited !== null || /exited/.test(error.message)) throw error;
@@ -127,6 +135,7 @@ export async function launchBrowser() {
     const context = await chromium.launchPersistentContext(userDataDir, {
         executablePath,
         headless: true,
+        timeout: STARTUP_MS,
         viewport: { width: 520, height: 900 },
         args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
             '--disable-background-networking', '--disable-component-update', '--disable-sync'],
