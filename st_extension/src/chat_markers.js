@@ -12,6 +12,7 @@ import { $id, h } from './dom.js';
 import { LOG, ctx, currentChatId, toast } from './st.js';
 
 const REFRESH_DELAY_MS = 250;
+const DECORATE_DELAY_MS = 30;
 /** The sidecar answers at most this many messages at once (usecases/memories.py MAX_MESSAGE_SPAN). */
 const MAX_SPAN = 2000;
 
@@ -28,6 +29,7 @@ export function createChatMarkers({ settings, connection, lastInjection }) {
     let staleInjectionAt = null;
     let timer = null;
     let observer = null;
+    let frame = null;
 
     const on = () => settings.enabled && settings.chatMarkers;
 
@@ -153,8 +155,11 @@ export function createChatMarkers({ settings, connection, lastInjection }) {
         start() {
             const chat = $id('chat');
             if (!chat || observer) return;
-            // New, removed and renumbered messages; our own markers sit deeper and change no mesid.
-            observer = new MutationObserver(() => decorate());
+            // New, removed and renumbered messages; our own markers sit deeper and change no mesid. A streamed
+            // reply changes #chat with every token: one pass per burst is enough.
+            observer = new MutationObserver(() => {
+                if (frame === null) frame = setTimeout(() => { frame = null; decorate(); }, DECORATE_DELAY_MS);
+            });
             observer.observe(chat, { childList: true, subtree: true, attributes: true, attributeFilter: ['mesid'] });
             chat.addEventListener('click', onActivate, true);
             chat.addEventListener('keydown', onActivate, true);
