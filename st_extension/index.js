@@ -70,7 +70,7 @@ function start() {
     const browser = createMemoryBrowser({ connection });
     const lastInjection = () => interceptor.last;
     const markers = createChatMarkers({ settings, connection, lastInjection });
-    const chatProgress = createChatProgress({ followedInPanel: chatId => history.running === chatId });
+    const chatProgress = createChatProgress({ connection, followedInPanel: chatId => history.running === chatId });
     const sidecarSettings = createSidecarSettings({
         connection,
         onGlobalLoaded: global => chatSync.limitChunk(Number(global['server.max_sync_messages'])),

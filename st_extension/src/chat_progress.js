@@ -1,23 +1,25 @@
 // A long ingest shown in the chat itself, without opening the Extensions drawer: a slim bar above ST's
 // input bar (#form_sheld, inside #sheld) while the open chat has many messages or memories still to do,
-// and one toast when it is done. Fed by the live channel's progress and by the chat status polls.
-// Owns: the bar, whether it is up, its staleness timer.
+// and one toast when it is done. Fed by the live channel's progress and by the chat status polls; with no
+// news for a while (a busy machine embeds for long between two progress messages, or the channel dropped)
+// it asks the chat status itself. Owns: the bar, whether it is up, its check timer.
 
 import { isLongRun, progressFraction, progressText } from '../lib/progress.js';
 import { $id, h } from './dom.js';
 import { currentChatId, toast } from './st.js';
 
-/** A bar with no news for this long is taken down (the channel may have dropped; the next poll brings it back). */
-const STALE_MS = 60000;
+/** With no news for this long, the bar asks the chat status how the run stands. */
+const CHECK_AFTER_MS = 20000;
 
 /**
  * @param {object} deps
- * @param {() => boolean} deps.followedInPanel the panel's own history bar follows this run (it toasts the end itself)
+ * @param {ReturnType<import('./connection.js').createConnection>} deps.connection
+ * @param {(chatId: string) => boolean} deps.followedInPanel the panel's own history bar follows this run (it toasts the end itself)
  */
-export function createChatProgress({ followedInPanel }) {
+export function createChatProgress({ connection, followedInPanel }) {
     /** @type {{chatId: string, shownAt: number, total: number} | null} */
     let run = null;
-    let stale = null;
+    let checkTimer = null;
 
     function bar() {
         let el = $id('stbme_chat_progress');
@@ -36,14 +38,25 @@ export function createChatProgress({ followedInPanel }) {
     }
 
     function hide() {
-        clearTimeout(stale);
-        stale = null;
+        clearTimeout(checkTimer);
+        checkTimer = null;
         run = null;
         const el = $id('stbme_chat_progress');
         if (el) el.hidden = true;
     }
 
-    return {
+    /** No news for a while: the chat status says whether the run goes on (never throws). */
+    async function check(chatId) {
+        if (run?.chatId !== chatId) return;
+        try {
+            const status = await connection.client.status(chatId);
+            if (run?.chatId === chatId) self.update(chatId, status.progress);
+        } catch {
+            if (run?.chatId === chatId) checkTimer = setTimeout(() => { check(chatId); }, CHECK_AFTER_MS);
+        }
+    }
+
+    const self = {
         /**
          * News about a chat's processing: a status `progress` or a live `progress` message of task `extract`.
          * @param {string} chatId
@@ -67,8 +80,8 @@ export function createChatProgress({ followedInPanel }) {
             el.hidden = false;
             el.querySelector('.stbme_chat_progress_text').textContent = progressText(source);
             el.querySelector('progress').value = progressFraction(source);
-            clearTimeout(stale);
-            stale = setTimeout(hide, STALE_MS);
+            clearTimeout(checkTimer);
+            checkTimer = setTimeout(() => { check(chatId); }, CHECK_AFTER_MS);
         },
 
         /** The chat changed: its bar no longer applies. */
@@ -77,4 +90,5 @@ export function createChatProgress({ followedInPanel }) {
         /** The chat whose long run is shown, or null. */
         get shown() { return run?.chatId ?? null; },
     };
+    return self;
 }
