@@ -32,6 +32,9 @@ from ..store.queries import message_count
 from .sync import Message, load_messages
 
 MAX_BATCH_MESSAGES = 16
+# A batch ends at a reply: every message gets its own memories at once. How often the memory LLM reads the
+# new messages (extract.every replies) is the extraction stage's own decision (pipeline/extract.py `_due`).
+REPLIES_PER_BATCH = 1
 IndexChanges = Callable[[str, set[str]], Awaitable[None]]
 
 
@@ -182,7 +185,7 @@ class BatchRunner:
         end_fn = next((getattr(s, "batch_end") for s in stages if hasattr(s, "batch_end")), None)
         end_fn = end_fn and (lambda messages, every, fn=end_fn: fn(messages, every, setting))
         while True:
-            picked = await self.store.read(lambda conn: _read_batch(conn, chat_id, setting("extract.every"), end_fn))
+            picked = await self.store.read(lambda conn: _read_batch(conn, chat_id, REPLIES_PER_BATCH, end_fn))
             if picked is None:
                 return None
             ctx = BatchContext(chat_id, *picked, setting=setting, runner=self)
