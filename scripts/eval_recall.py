@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Recall evaluation: the real product (stbme serve, the bundled local model, heuristic memories) against
-plain BM25, the same model alone and their fusion, on the generated bilingual roleplay set
-(scripts/data/recall_eval.json.gz; see make_eval_set.py), with an ablation of every read-path stage that
+plain BM25, the same model alone and their fusion (each over the bare text and over "Speaker: text"), on
+the generated bilingual roleplay set (scripts/data/recall_eval.json.gz; see make_eval_set.py: CI's
+regression check) or on the public development sets of real conversations (--public realtalk, --public
+kdconv; evalkit/public_sets.py says where to get them), with an ablation of every read-path stage that
 has a setting.
 
 The chats are synced as the SillyTavern extension syncs them; each question is sent as the chat's new
@@ -14,6 +16,7 @@ rate on corrected facts, and the directive memories among the first 10.
     .venv/bin/python scripts/eval_recall.py --quick            # one chat per language
     .venv/bin/python scripts/eval_recall.py --data-dir /tmp/ev # keep the product's data: a re-run skips ingest
     .venv/bin/python scripts/eval_recall.py --setting recall.candidates 200 --no-ablations
+    .venv/bin/python scripts/eval_recall.py --public realtalk --public kdconv --data-dir /tmp/ev-public
 
 Cost: ingesting the six chats takes the product about 25 CPU minutes (it embeds every message); the
 21 recall passes about 4 minutes; the baselines' vectors as much CPU as the ingest once, then nothing
@@ -36,7 +39,7 @@ import aiohttp
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from evalkit import evalset, metrics  # noqa: E402
+from evalkit import evalset, metrics, public_sets  # noqa: E402
 from evalkit.embedcache import DEFAULT_DIR, EmbeddingCache  # noqa: E402
 from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
 from evalkit.sidecar import Client, Server, parse_settings  # noqa: E402
@@ -140,6 +143,7 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
                 started = time.monotonic()
                 await read_ablations(client, chats, suffix="", budget=budget, defaults=defaults, label="",
                                      variants=variants, details=details)
+            if args["ablations"] and args["write_ablations"]:
                 for name, values in WRITE_ABLATIONS.items():
                     log(f"ablation: {name} (ingest again with a per-chat override)")
                     await ingest(client, chats, write_suffix(values), values)
@@ -192,6 +196,10 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--set", "set_path", type=click.Path(exists=True, path_type=Path), default=evalset.DEFAULT_PATH,
               show_default=True, help="The evaluation set (make_eval_set.py writes it).")
+@click.option("--public", "public", multiple=True, type=click.Choice(public_sets.SETS),
+              help="A public development set of real conversations instead of the generated set (repeatable).")
+@click.option("--split", type=click.Choice(("tune", "held", "both")), default="both", show_default=True,
+              help="With --public: the part tuned on, the held-out part, or both.")
 @click.option("--quick", is_flag=True, help="One chat per language (development).")
 @click.option("--chat", "chat_ids", multiple=True, help="Only these chats (repeatable).")
 @click.option("--setting", "settings", type=(str, str), multiple=True,
@@ -207,13 +215,22 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
               help="Print this many questions BM25 answers and the product misses.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write every per-question result here.")
-def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir, keep, cache_dir, n_examples,
-         json_path):
-    """Evaluate recall of the product against baselines on the generated roleplay set."""
+def main(set_path, public, split, quick, chat_ids, settings, no_ablations, no_vectors, data_dir, keep, cache_dir,
+         n_examples, json_path):
+    """Evaluate recall of the product against baselines on the generated roleplay set or public sets."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
     started = time.monotonic()
-    data = evalset.load(set_path)
-    chats = data["chats"]
+    categories = evalset.CATEGORIES
+    if public:
+        try:
+            chats = [c for name in public for c in public_sets.load(name)]
+        except public_sets.MissingSource as exc:
+            raise click.ClickException(str(exc)) from None
+        chats = [c for c in chats if split == "both" or c["split"] == split]
+        categories = tuple(dict.fromkeys(c for name in public for c in public_sets.CATEGORIES[name]))
+        set_path = Path("+".join(public))
+    else:
+        chats = evalset.load(set_path)["chats"]
     if chat_ids:
         chats = [c for c in chats if c["chat_id"] in chat_ids]
     elif quick:
@@ -222,7 +239,9 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
         raise click.ClickException("no chats selected")
     log(f"{len(chats)} chats, {sum(len(c['questions']) for c in chats)} questions")
     timings: dict[str, float] = {}
-    args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations}
+    # A write-path ablation ingests every chat again: on the public sets (no directives to switch off) it is left out.
+    args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations,
+            "write_ablations": not public}
     variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))
     t = time.monotonic()
     baselines = baseline_outcomes(chats, None if no_vectors else EmbeddingCache(cache_dir))
@@ -231,7 +250,9 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
                                               if NO_DIRECTIVES in variants else {}), **baselines}
     click.echo(f"\nRecall on {set_path.name} ({len(chats)} chats), product settings:"
                f" {args['settings'] or 'defaults'} (llm.mode none)\n")
-    click.echo(metrics.main_table(systems, evalset.CATEGORIES, PRODUCT))
+    click.echo(metrics.main_table(systems, categories, PRODUCT))
+    click.echo("\nR@10 by group (product variants and baselines):\n")
+    click.echo(metrics.r10_table({**systems, **{k: v for k, v in variants.items() if k != PRODUCT}}, categories))
     top40 = metrics.score(variants[PRODUCT]).recall
     in40 = sum(metrics.recall_at(o.evidence, o.ranked, 40) for o in variants[PRODUCT]) / len(variants[PRODUCT])
     click.echo(f"\nproduct: evidence in its first 40 memories (R@40) {in40:.3f}; R@20 {top40[20]:.3f}")
@@ -243,11 +264,11 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
         click.echo("\nAblation on top of dna.signals false (the chats ingested without directives; each read"
                    " stage off in turn):\n")
         click.echo(metrics.ablation_table({**on_no_directives, **baselines}))
-    if n_examples and "BM25" in baselines:
+    if n_examples and "BM25 bare" in baselines:
         for name in (PRODUCT, NO_DIRECTIVES):
             if name in variants:
                 click.echo(f"\nBM25 top 5 has the evidence, {name!r} top 10 does not (its first 5 memories shown):")
-                click.echo(examples(chats, variants[name], baselines["BM25"], details[name], n_examples))
+                click.echo(examples(chats, variants[name], baselines["BM25 bare"], details[name], n_examples))
     if json_path:
         out = {name: [vars(o) for o in outs] for name, outs in {**variants, **baselines}.items()}
         out.update({f"{name} | on dna.signals false": [vars(o) for o in outs]
