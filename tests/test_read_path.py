@@ -1,6 +1,6 @@
-"""The rebuilt read path, stage by stage: the query plan (pipeline/query.py), fusion and order
-(pipeline/ranking.py), and through a real store the candidates the days, the graph and the exchange add
-(pipeline/candidates.py via Services.recall)."""
+"""The rebuilt read path, stage by stage: the query plan (recall/query.py), fusion and order
+(recall/ranking.py), and through a real store the candidates the days, the graph and the exchange add
+(recall/candidates.py via Services.recall)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import datetime as dt
 
 from conftest import full_sync, recall, settle
 from stbme.graph.model import Node
-from stbme.pipeline.candidates import Ranking
-from stbme.pipeline.query import clean_input, plan_query, refers_back, split_parts
-from stbme.pipeline.ranking import (found_by_search, fuse, lift_neighbours, may_show, order, relevant,
+from stbme.recall.candidates import Ranking
+from stbme.recall.query import clean_input, plan_query, refers_back, split_parts
+from stbme.recall.ranking import (found_by_search, fuse, lift_neighbours, may_show, order, relevant,
                                    score_rows)
-from stbme.pipeline.snippet import focus, sentences
+from stbme.recall.snippet import focus, sentences
 from stbme.tokens import count_tokens
 
 WED = dt.date(2026, 3, 18)
@@ -115,7 +115,7 @@ def _row(node_id, seq, *, source="heuristic"):
 
 
 def test_one_memory_per_message_and_ties_by_id(monkeypatch):
-    import stbme.pipeline.ranking as ranking
+    import stbme.recall.ranking as ranking
 
     monkeypatch.setattr(ranking, "node_from_row", lambda row: Node(id=row["id"], chat_id="c", type="event",
                                                                    fields={}, seq_from=row["seq_from"]))
@@ -188,7 +188,7 @@ async def test_the_graph_lifts_the_memories_of_a_less_common_name_of_the_first_h
     assert memories[rank[31]]["score_parts"]["graph"] > 0
 
 
-# Stage: the block shows a long memory by its answering sentences (pipeline/snippet.py)
+# Stage: the block shows a long memory by its answering sentences (recall/snippet.py)
 LONG_REPLY = (
     '*Elena tosses you an apple.* "Jory lent me the net needle. I\'m supposed to give it back tomorrow, so '
     'remind me." *Elena smiles despite herself, almost gently.* "If anyone asks, we were here all evening. '
@@ -221,9 +221,9 @@ async def test_the_block_shows_a_long_memory_by_its_answer_and_fits_more(sidecar
     assert "net needle" in whole
 
 
-# Stage: for a question about now, the memories that say the subject changed (pipeline/current.py)
+# Stage: for a question about now, the memories that say the subject changed (recall/current.py)
 def test_a_question_about_now_and_a_sentence_that_states_a_change():
-    from stbme.pipeline.current import asks_about_now, states_a_change
+    from stbme.recall.current import asks_about_now, states_a_change
     assert asks_about_now("Where is Mara living now?") and asks_about_now("江离如今的相好是谁？")
     assert asks_about_now("What does Harlan do for work these days?")
     assert not asks_about_now("Where did Mara live in the spring?") and not asks_about_now("江离以前跟谁好过？")
@@ -252,7 +252,7 @@ async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sid
 
 
 def test_changes_said_in_words_the_recall_set_never_uses():
-    from stbme.pipeline.current import states_a_change
+    from stbme.recall.current import states_a_change
     # Phrasings written apart from the evaluation set's templates: every one states a change.
     changes = [("Mara's been bunking at the lighthouse ever since the fire.", "mara"),
                ("These days Tobin sleeps in the boathouse.", "tobin"),

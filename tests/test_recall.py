@@ -12,7 +12,8 @@ from conftest import create_node, full_sync, recall, settle, wait_for
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
 from stbme.index.lexical import LexicalCache, LexicalIndex, tokenize
-from stbme.pipeline.render import detect_language, render_block
+from stbme.language import detect_language
+from stbme.recall.render import render_block
 from stbme.tokens import count_tokens, truncate_to_tokens
 
 
@@ -186,7 +187,7 @@ async def test_archived_memories_leave_recall_and_come_back(sidecar):
 
 
 def test_corrections_render_as_instructions():
-    from stbme.pipeline.render import render_line
+    from stbme.recall.render import render_line
 
     node = Node(id="a", chat_id="c", type="correction",
                 fields={"content": "no, her eyes are green, not blue", "wrong": "blue", "right": "green"})
@@ -196,7 +197,7 @@ def test_corrections_render_as_instructions():
 
 
 def test_an_event_shows_its_story_date_and_what_evolution_added():
-    from stbme.pipeline.render import render_line
+    from stbme.recall.render import render_line
 
     node = Node(id="a", chat_id="c", type="event", seq_from=7, seq_to=7,
                 fields={"summary": "Elena hides the key.", "speaker": "Elena",

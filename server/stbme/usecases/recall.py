@@ -7,8 +7,8 @@ import dataclasses
 from .. import config
 from ..embed import EmbeddingService
 from ..index import ChatIndexes
-from ..pipeline.recall import RecallQuery, recall
-from ..pipeline.rerank import rerank
+from ..recall.read_path import RecallQuery, recall
+from ..recall.rerank import rerank
 from ..store import Store
 from ..store.queries import chat_row
 from .memory_llm import MemoryLLM

@@ -1,4 +1,4 @@
-"""The candidates of a recall: ranked lists of memories, before fusion (pipeline/ranking.py).
+"""The candidates of a recall: ranked lists of memories, before fusion (recall/ranking.py).
 
 - Keywords (BM25) and vectors (HNSW) for each part of the question, without thresholds: a weak signal in one
   list may still be the answer, and fusion weighs the lists.
@@ -21,7 +21,7 @@ from ..index import ChatIndex, LexicalIndex
 from ..store import Store
 from ..store.queries import count_events, nodes_by_ids, nodes_on_days
 from .query import QueryPlan
-from .timeline import DateSpan
+from ..pipeline.timeline import DateSpan
 
 ANCHOR_HITS = 30            # keyword hits read to find the day an anchor phrase names
 EXPAND_SEEDS = 8            # first hits whose names are followed

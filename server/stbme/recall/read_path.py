@@ -1,12 +1,12 @@
 """Recall: the read path, from the user's new input to the memory block injected before a generation.
 
-1. The query (pipeline/query.py): the input without its roleplay actions, split into its parts, the time it
+1. The query (recall/query.py): the input without its roleplay actions, split into its parts, the time it
    asks about read apart; recent turns only lend names when the input refers back to them.
-2. Candidates (pipeline/candidates.py): keywords and vectors per part, the memories of the days it names,
+2. Candidates (recall/candidates.py): keywords and vectors per part, the memories of the days it names,
    the memories of the less common names the first hits involve, the messages around the best hits.
-3. Fusion and order (pipeline/ranking.py): weighted reciprocal-rank fusion, one memory per message,
+3. Fusion and order (recall/ranking.py): weighted reciprocal-rank fusion, one memory per message,
    near-duplicates out, ties by node id.
-4. The block (pipeline/render.py): pinned memories, rules and the synopsis, directives within their share,
+4. The block (recall/render.py): pinned memories, rules and the synopsis, directives within their share,
    then the evidence while it fits the token budget; story dates on past events.
 Memories of messages still in the prompt (the last messages, a short chat's greeting) are not recalled.
 """
@@ -33,8 +33,9 @@ from .current import asks_about_now, latest_ranking
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, may_show, order,
                       relevant, score_rows)
-from .render import detect_language, render_block
-from .timeline import parse_send_date
+from ..language import detect_language
+from .render import render_block
+from ..pipeline.timeline import parse_send_date
 
 CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
 REFERENCE_SHARE = 0.5  # weight of the keyword list with names borrowed from the last turn, of the input's

@@ -9,7 +9,6 @@ same memories always render to the same text (a provider's prompt cache can hold
 from __future__ import annotations
 
 import functools
-import re
 
 import datetime as dt
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from ..graph.model import Node, field_text
 from ..graph.schema import NODE_TYPES
 from ..tokens import count_tokens, fit_tokens
 from .snippet import focus
-from .timeline import format_story_date
+from ..pipeline.timeline import format_story_date
 
 # Pinned memories first (the user chose them), then the user's directives and the story's rules.
 SECTION_ORDER = ("pinned", "directives", "rules", "state", "episodic", "reflective", "other")
@@ -46,16 +45,7 @@ HEADINGS = {
         "message": "楼",
     },
 }
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _HIDDEN_FIELDS = {"speaker", "participants"}
-
-
-def detect_language(texts: list[str]) -> str:
-    """'zh' when CJK characters make up a good share of the letters, else 'en'."""
-    sample = " ".join(texts)[:4000]
-    letters = sum(ch.isalpha() for ch in sample)
-    cjk = len(_CJK.findall(sample))
-    return "zh" if letters and cjk / letters > 0.2 else "en"
 
 
 def section_of(node: Node) -> str:

@@ -13,8 +13,8 @@ import datetime as dt
 import re
 from typing import Callable
 
-from .heuristic import candidate_names
-from .timeline import QueryTime, query_time
+from ..pipeline.heuristic import candidate_names
+from ..pipeline.timeline import QueryTime, query_time
 
 MAX_PARTS = 3
 MIN_CLEAN_CHARS = 6                      # an input that is only an action keeps its action
