@@ -45,23 +45,31 @@ from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
 from evalkit.sidecar import Client, Server, parse_settings  # noqa: E402
 
 PRODUCT = "product defaults"
-# Each stage off in turn. Read-path settings are global; write-path ones need the chats ingested again
-# under a per-chat override (their embeddings come from the product's own cache, so that is cheap).
+# Each stage off in turn. A read-path setting is global (one pass, then back to its default); a named
+# constant of the read path (recall/tuning.py) is overridden by restarting the server under
+# STBME_RECALL_TUNING; "query" variants change the request. Write-path settings need the chats ingested
+# again under a per-chat override (their embeddings come from the product's own cache, so that is cheap).
 READ_ABLATIONS = {
-    "keywords only (recall.vector_weight 0)": {"recall.vector_weight": 0.0},
-    "vectors only (recall.lexical_weight 0)": {"recall.lexical_weight": 0.0},
-    "raw input (recall.query_cleanup false)": {"recall.query_cleanup": False},
-    "no days (recall.time_weight 0)": {"recall.time_weight": 0.0},
-    "no graph (recall.graph_weight 0)": {"recall.graph_weight": 0.0},
-    "no latest word (recall.latest_weight 0)": {"recall.latest_weight": 0.0},
-    "no exchange neighbours (recall.neighbour_share 0)": {"recall.neighbour_share": 0.0},
-    "no references (recall.recent_turns 0)": {"recall.recent_turns": 0},
-    "floors off (min_similarity, vector_margin, min_bm25 0)": {"recall.min_similarity": 0.0,
-                                                               "recall.vector_margin": 0.0, "recall.min_bm25": 0.0},
-    "candidates 200 (recall.candidates)": {"recall.candidates": 200},
-    "no importance (recall.importance_weight 0)": {"recall.importance_weight": 0.0},
-    "no recency (recall.recency_weight 0)": {"recall.recency_weight": 0.0},
-    "no near-dup drop (duplicate_similarity 1)": {"recall.duplicate_similarity": 1.0},
+    "keywords only (VECTOR_WEIGHT 0)": ("tuning", {"VECTOR_WEIGHT": 0.0}),
+    "vectors only (LEXICAL_WEIGHT 0)": ("tuning", {"LEXICAL_WEIGHT": 0.0}),
+    "raw input (recall.query_cleanup false)": ("settings", {"recall.query_cleanup": False}),
+    "no days (TIME_WEIGHT 0)": ("tuning", {"TIME_WEIGHT": 0.0}),
+    "no graph (GRAPH_WEIGHT 0)": ("tuning", {"GRAPH_WEIGHT": 0.0}),
+    "no latest word (LATEST_WEIGHT 0)": ("tuning", {"LATEST_WEIGHT": 0.0}),
+    "no neighbours (NEIGHBOUR_SHARE 0)": ("tuning", {"NEIGHBOUR_SHARE": 0.0}),
+    "neighbours: exchange (user-role rule)": ("tuning", {"NEIGHBOUR_KINDS": ["exchange"]}),
+    "neighbours: replies before and after": ("tuning", {"NEIGHBOUR_KINDS": ["prev_reply", "next_reply"]}),
+    "neighbours: + same speaker's next": ("tuning", {"NEIGHBOUR_KINDS": ["prev_reply", "next_reply", "next_same"]}),
+    "neighbours: every adjacent message": ("tuning", {"NEIGHBOUR_KINDS": ["prev_reply", "next_reply", "next_same",
+                                                                          "prev_same"]}),
+    "no references (recall.recent_turns 0)": ("settings", {"recall.recent_turns": 0}),
+    "floors off (MIN_SIMILARITY, VECTOR_MARGIN, MIN_BM25 0)": ("tuning", {"MIN_SIMILARITY": 0.0,
+                                                                          "VECTOR_MARGIN": 0.0, "MIN_BM25": 0.0}),
+    "candidates 200 (CANDIDATES)": ("tuning", {"CANDIDATES": 200}),
+    "no importance (IMPORTANCE_WEIGHT 0)": ("tuning", {"IMPORTANCE_WEIGHT": 0.0}),
+    "no recency (RECENCY_WEIGHT 0)": ("tuning", {"RECENCY_WEIGHT": 0.0}),
+    "no near-dup drop (DUPLICATE_SIMILARITY 1)": ("tuning", {"DUPLICATE_SIMILARITY": 1.0}),
+    "long input: the 4 recent turns and the question as one input": ("query", "long"),
 }
 NO_DIRECTIVES = "no directives (dna.signals false)"
 WRITE_ABLATIONS = {
@@ -70,7 +78,8 @@ WRITE_ABLATIONS = {
 }
 NOT_ABLATABLE = (
     "the directives' share of the block (recall.directive_share) apart from creating none (dna.signals)",
-    "the speaker/participants text indexed with each memory",
+    "the speaker-attributed text indexed and embedded (a write-path change: its worth is the baselines'"
+    " bare vs speaker rows)",
     "reciprocal-rank fusion itself (its k = 60) and the DNA weight factor on the score",
     "one memory per message (a long message's chunks are one piece of evidence)",
     "the rendering order and per-line token cap of the block (recall.budget_tokens is the budget, not a stage)",
@@ -95,18 +104,57 @@ def write_suffix(values: dict) -> str:
     return "#" + ",".join(f"{k}={v}" for k, v in values.items())
 
 
-async def read_ablations(client: Client, chats: list[dict], *, suffix: str, budget: int, defaults: dict,
-                         label: str, variants: dict, details: dict) -> None:
-    """Each read-path stage off in turn (a global setting for one pass, then back to its default)."""
-    for name, values in READ_ABLATIONS.items():
+async def read_ablations(product, chats: list[dict], *, suffix: str, budget: int, defaults: dict,
+                         label: str, variants: dict, details: dict, only: tuple[str, ...] = ()) -> None:
+    """Each read-path stage off in turn: a global setting for one pass, then back to its default; a named
+    constant with the server restarted under STBME_RECALL_TUNING, then restarted without it."""
+    for name, (kind, values) in READ_ABLATIONS.items():
+        if only and not any(o.lower() in name.lower() for o in only):
+            continue
         log(f"ablation{label}: {name}")
-        await client.put_settings(values)
-        try:
-            details[name] = {}
-            variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
-                                                    details=details[name])
-        finally:
-            await client.put_settings({k: defaults[k] for k in values})
+        details[name] = {}
+        if kind == "tuning":
+            client = await product.restart(values)
+            try:
+                variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
+                                                        details=details[name])
+            finally:
+                await product.restart(None)
+        elif kind == "query":
+            variants[name] = await product_outcomes(product.client, chats, suffix=suffix, budget=budget,
+                                                    details=details[name], long_input=True)
+        else:
+            await product.client.put_settings(values)
+            try:
+                variants[name] = await product_outcomes(product.client, chats, suffix=suffix, budget=budget,
+                                                        details=details[name])
+            finally:
+                await product.client.put_settings({k: defaults[k] for k in values})
+
+
+class Product:
+    """The server under test, restartable with read-path constants overridden (STBME_RECALL_TUNING)."""
+
+    def __init__(self, data_dir: Path, settings: dict, session):
+        self.data_dir, self.settings, self.session = data_dir, settings, session
+        self.server = Server(data_dir, settings, data_dir / "eval-server.log")
+        self.cpu_before = 0.0
+        self.client: Client | None = None
+
+    async def start(self) -> Client:
+        await self.server.wait_ready(self.session)
+        self.client = Client(self.session, self.server.url)
+        return self.client
+
+    async def restart(self, tuning: dict | None) -> Client:
+        self.cpu_before += self.server.cpu_seconds()
+        self.server.stop()
+        env = {"STBME_RECALL_TUNING": json.dumps(tuning)} if tuning else None
+        self.server = Server(self.data_dir, self.settings, self.data_dir / "eval-server.log", env=env)
+        return await self.start()
+
+    def cpu_seconds(self) -> float:
+        return self.cpu_before + self.server.cpu_seconds()
 
 
 async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dict, dict, dict]:
@@ -115,17 +163,18 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
     data_dir = args["data_dir"] or Path(tempfile.mkdtemp(prefix="stbme-eval-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     user_settings = {"llm.mode": "none", **args["settings"]}
-    server = Server(data_dir, user_settings, data_dir / "eval-server.log")
     variants: dict[str, list] = {}
     on_no_directives: dict[str, list] = {}
     details: dict = {}
+    product = None
     try:
         timeout = aiohttp.ClientTimeout(total=600)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            await server.wait_ready(session)
-            client = Client(session, server.url)
-            touched = {k for values in READ_ABLATIONS.values() for k in values} - set(user_settings)
-            schema = (await client.call("GET", server.url + "/v1/settings/schema"))["settings"]
+            product = Product(data_dir, user_settings, session)
+            client = await product.start()
+            touched = {k for kind, values in READ_ABLATIONS.values() if kind == "settings" for k in values} \
+                - set(user_settings)
+            schema = (await client.call("GET", product.server.url + "/v1/settings/schema"))["settings"]
             defaults = {s["name"]: s["default"] for s in schema if s["name"] in touched}
             await client.put_settings(defaults)  # a kept data dir may hold an aborted ablation
             budget = (await client.settings())["recall.budget_tokens"]
@@ -133,7 +182,7 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             log(f"product: ingesting {len(chats)} chats into {data_dir}")
             await ingest(client, chats)
             timings["product ingest"] = time.monotonic() - started
-            timings["server CPU for ingest"] = server.cpu_seconds()
+            timings["server CPU for ingest"] = product.cpu_seconds()
             started = time.monotonic()
             details[PRODUCT] = {}
             variants[PRODUCT] = await product_outcomes(client, chats, suffix="", budget=budget,
@@ -141,9 +190,11 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             timings["product recall"] = time.monotonic() - started
             if args["ablations"]:
                 started = time.monotonic()
-                await read_ablations(client, chats, suffix="", budget=budget, defaults=defaults, label="",
-                                     variants=variants, details=details)
+                await read_ablations(product, chats, suffix="", budget=budget, defaults=defaults, label="",
+                                     variants=variants, details=details, only=args["only"])
+                timings["read ablations"] = time.monotonic() - started
             if args["ablations"] and args["write_ablations"]:
+                client = product.client
                 for name, values in WRITE_ABLATIONS.items():
                     log(f"ablation: {name} (ingest again with a per-chat override)")
                     await ingest(client, chats, write_suffix(values), values)
@@ -151,13 +202,15 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
                     variants[name] = await product_outcomes(client, chats, suffix=write_suffix(values),
                                                             budget=budget, details=details[name])
                 on_no_directives[NO_DIRECTIVES] = variants[NO_DIRECTIVES]
-                await read_ablations(client, chats, suffix=write_suffix(WRITE_ABLATIONS[NO_DIRECTIVES]),
+                await read_ablations(product, chats, suffix=write_suffix(WRITE_ABLATIONS[NO_DIRECTIVES]),
                                      budget=budget, defaults=defaults, label=" on dna.signals false",
-                                     variants=on_no_directives, details=details.setdefault("on no directives", {}))
+                                     variants=on_no_directives, details=details.setdefault("on no directives", {}),
+                                     only=args["only"])
                 timings["ablations"] = time.monotonic() - started
     finally:
-        timings["server CPU"] = server.cpu_seconds()
-        server.stop()
+        if product is not None:
+            timings["server CPU"] = product.cpu_seconds()
+            product.server.stop()
         if not args["data_dir"] and not args["keep"]:
             shutil.rmtree(data_dir, ignore_errors=True)
         elif args["keep"]:
@@ -205,6 +258,7 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.option("--setting", "settings", type=(str, str), multiple=True,
               help="Product setting for the whole run, VALUE as JSON (repeatable), as for `stbme serve`.")
 @click.option("--no-ablations", is_flag=True, help="Skip the ablation passes.")
+@click.option("--only", "only", multiple=True, help="Only the ablations whose name contains this (repeatable).")
 @click.option("--no-vectors", is_flag=True, help="Skip the e5 baseline and the fusion (no model work here).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the product's data here; a re-run with the same chats skips the ingest.")
@@ -215,8 +269,8 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
               help="Print this many questions BM25 answers and the product misses.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write every per-question result here.")
-def main(set_path, public, split, quick, chat_ids, settings, no_ablations, no_vectors, data_dir, keep, cache_dir,
-         n_examples, json_path):
+def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only, no_vectors, data_dir, keep,
+         cache_dir, n_examples, json_path):
     """Evaluate recall of the product against baselines on the generated roleplay set or public sets."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
     started = time.monotonic()
@@ -241,7 +295,7 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, no_ve
     timings: dict[str, float] = {}
     # A write-path ablation ingests every chat again: on the public sets (no directives to switch off) it is left out.
     args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations,
-            "write_ablations": not public}
+            "write_ablations": not public, "only": only}
     variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))
     t = time.monotonic()
     baselines = baseline_outcomes(chats, None if no_vectors else EmbeddingCache(cache_dir))

@@ -60,7 +60,7 @@ def test_render_block_never_exceeds_budget(budget):
                                               for _ in range(rng.randint(3, 120))),
                           "name": f"N{i}", "title": "t", "constraint": "never lie"},
                   seq_from=i, seq_to=i) for i in range(40)]
-    text, placed = render_block(nodes, budget, "en")
+    text, placed, _ = render_block(nodes, budget, "en")
     assert count_tokens(text) <= budget
     assert (text == "") == (placed == [])
 
@@ -69,7 +69,7 @@ def test_render_sections_and_language():
     nodes = [Node(id="a", chat_id="c", type="rule", fields={"title": "No magic", "constraint": "Magic is gone"}),
              Node(id="b", chat_id="c", type="event", fields={"summary": "艾琳找到了钥匙", "speaker": "艾琳"},
                   seq_from=3, seq_to=3)]
-    text, _ = render_block(nodes, 500, "zh")
+    text, _, _ = render_block(nodes, 500, "zh")
     assert "## 规则与约束" in text and "## 过往事件" in text and "[楼 3] 艾琳: 艾琳找到了钥匙" in text
     assert detect_language(["艾琳找到了钥匙", "好的"]) == "zh"
     assert detect_language(["Elena found the key"]) == "en"

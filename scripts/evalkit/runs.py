@@ -47,9 +47,10 @@ def _range(memory: dict) -> tuple[int, int]:
 
 
 async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, budget: int,
-                           details: dict | None = None) -> list[Outcome]:
+                           details: dict | None = None, long_input: bool = False) -> list[Outcome]:
     """Ask every question of every chat (chats concurrently, questions in turn): sync the question as the
-    chat's newest user message, read the ranking (a large budget) and the block (the chat's budget)."""
+    chat's newest user message, read the ranking (a large budget) and the block (the chat's budget).
+    `long_input`: the question is sent after the four turns before it, as one long input (a pasted scene)."""
 
     async def one_chat(chat: dict) -> list[Outcome]:
         chat_id = chat["chat_id"] + suffix
@@ -60,9 +61,10 @@ async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, bu
         for q in chat["questions"]:
             before = asked_after(chat, q)
             recent = [{"role": m["role"], "name": m["name"], "text": m["text"]} for m in before[-RECENT_MESSAGES:]]
-            full = before + [question_message(chat, q)]
+            asked = dict(q, query="\n".join([m["text"] for m in recent] + [q["query"]])) if long_input else q
+            full = before + [question_message(chat, asked)]
             await client.sync(chat_id, full, start=n, chain=base_chain + chains(full[n:], base_chain[-1]))
-            body = {"query": q["query"], "recent": recent}
+            body = {"query": asked["query"], "recent": recent}
             ranked = (await client.recall(chat_id, {**body, "budget_tokens": RANK_BUDGET,
                                                     "max_memories": RANK_DEPTH}))["memories"]
             # The evidence ranking: core memories (pinned, rules, synopsis, directives) have their own place

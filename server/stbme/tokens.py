@@ -31,6 +31,14 @@ def _count_cached(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
+def estimate_tokens(text: str) -> int:
+    """About how many cl100k tokens `text` has, without tokenizing it (English runs about four characters
+    a token, a Chinese character about one): for soft budgets only, where being a token or two off does not
+    matter (which sentences of a long memory to show); what must fit is counted exactly."""
+    ascii_chars = sum(1 for ch in text if ch < "\x80")
+    return (ascii_chars + 3) // 4 + (len(text) - ascii_chars)
+
+
 def fit_tokens(text: str, max_tokens: int, ellipsis: str = "…") -> tuple[str, int]:
     """Text cut to at most max_tokens tokens (ellipsis included), on a token boundary, and its count."""
     if max_tokens <= 0:

@@ -15,8 +15,16 @@ from typing import Callable
 
 from ..pipeline.heuristic import candidate_names
 from ..pipeline.timeline import QueryTime, query_time
+from ..tokens import count_tokens
+from .snippet import sentences
 
 MAX_PARTS = 3
+# A long input (a long message, pasted history) is searched by its windows of sentences, not as one blob
+# whose vector says little and whose first part would crowd out the rest: the windows with the most of
+# the chat's rarer words, at most LONG_WINDOWS of about WINDOW_TOKENS each, in the input's order.
+LONG_INPUT_TOKENS = 96
+WINDOW_TOKENS = 64
+LONG_WINDOWS = 4
 MIN_CLEAN_CHARS = 6                      # an input that is only an action keeps its action
 _ACTION = re.compile(r"\*[^*\n]{1,600}\*|（[^（）\n]{1,200}）(?=\s*[“\"「])")
 _QUOTES = re.compile(r"[\"“”「」『』]")
@@ -57,6 +65,33 @@ def split_parts(text: str) -> list[str]:
     return parts[:MAX_PARTS] if len(parts) > 1 else [text]
 
 
+def windows(text: str, max_tokens: int = WINDOW_TOKENS) -> list[str]:
+    """Consecutive sentences grouped into pieces of about max_tokens tokens."""
+    out, current, used = [], [], 0
+    for sentence in sentences(text):
+        tokens = count_tokens(sentence)
+        if current and used + tokens > max_tokens:
+            out.append(" ".join(current))
+            current, used = [], 0
+        current.append(sentence)
+        used += tokens
+    return out + [" ".join(current)] if current else out
+
+
+def salient_windows(text: str, weights: Callable[[str], dict[str, float]] | None) -> list[str]:
+    """The windows of a long input that carry most of what it says: by the summed weight of their terms in
+    the chat (`weights(text)`: term -> idf), at most LONG_WINDOWS, in the input's order; without weights,
+    its last windows (the newest lines of pasted history)."""
+    pieces = windows(text)
+    if len(pieces) <= LONG_WINDOWS:
+        return pieces
+    if weights is None:
+        return pieces[-LONG_WINDOWS:]
+    mass = [sum(weights(piece).values()) for piece in pieces]
+    best = sorted(range(len(pieces)), key=lambda i: (-mass[i], -i))[:LONG_WINDOWS]
+    return [pieces[i] for i in sorted(best)]
+
+
 def refers_back(text: str) -> bool:
     """Does the input lean on something said before (a pronoun, 'there', 那里) and name nobody itself?"""
     words = {w.lower() for w in re.findall(r"[A-Za-z']+", text)}
@@ -66,12 +101,15 @@ def refers_back(text: str) -> bool:
 
 
 def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
-               find_anchor: Callable[[str], dt.date | None] | None = None) -> QueryPlan:
-    """What to search for `text` (the user's new input); `recent` are the last turns, newest first."""
+               find_anchor: Callable[[str], dt.date | None] | None = None,
+               weights: Callable[[str], dict[str, float]] | None = None) -> QueryPlan:
+    """What to search for `text` (the user's new input); `recent` are the last turns, newest first;
+    `weights(text)` gives its terms' weight in the chat (for a long input's salient parts)."""
     cleaned = clean_input(text)
     borrowed: list[str] = []
     if cleaned and recent and refers_back(cleaned):
         borrowed = sorted(candidate_names(clean_input(recent[0])))[:3]
     when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
     topic = when.topic if when is not None and when.topic.strip() else cleaned
-    return QueryPlan(cleaned, split_parts(topic), topic, when, borrowed)
+    parts = salient_windows(topic, weights) if count_tokens(topic) > LONG_INPUT_TOKENS else split_parts(topic)
+    return QueryPlan(cleaned, parts or [topic], topic, when, borrowed)

@@ -43,6 +43,8 @@ class Store:
         self._migrations = migrations
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
+        # Transactions committed so far: a reader's cached answer holds while this number is the same.
+        self.write_seq = 0
         self._local = threading.local()
         self._readers = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="stbme-read")
         self._reader_conns: list[sqlite3.Connection] = []
@@ -89,6 +91,8 @@ class Store:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+                finally:
+                    self.write_seq += 1   # also after a rollback: nothing cached can be trusted less for it
             except BaseException as exc:
                 self._resolve(future, loop, exc=exc)
             else:
