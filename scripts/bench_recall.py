@@ -400,6 +400,18 @@ def checkout_code(rev: str, into: Path) -> Path:
     return into / "server"
 
 
+def forget_newer_migrations(db: Path, code: Path) -> None:
+    """Let an older revision open a chat populated by this one: drop the record of the migrations it does
+    not know (they changed only how stored text is indexed, which a benchmark of speed does not care about)."""
+    known = subprocess.run([sys.executable, "-c", "from stbme.store.migrations import MIGRATIONS; "
+                            "print('\\n'.join(n for n, _ in MIGRATIONS))"], stdout=subprocess.PIPE, text=True,
+                           check=True, env={**os.environ, "PYTHONPATH": str(code)}).stdout.split()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(f"DELETE FROM migrations WHERE name NOT IN ({','.join('?' * len(known))})", known)
+    conn.close()
+
+
 def local_query_ms(calls: int = 20) -> dict:
     """p50 of embedding one query with the bundled local model (what a recall with a new query adds)."""
     try:
@@ -626,6 +638,7 @@ def main(sizes: str, queries: int, syncs: int, seed: int, as_json: bool, data_di
             if base_code is not None:   # on a copy: a measure syncs messages and saves indexes
                 base_dir = root / f"chat-{n}-baseline"
                 shutil.copytree(chat_dir, base_dir)
+                forget_newer_migrations(base_dir / "stbme.sqlite3", base_code)
                 base, _ = run_phase(n, "measure", base_dir, extra, code=base_code)
                 shutil.rmtree(base_dir, ignore_errors=True)
             res, res_wall = run_phase(n, "measure", chat_dir, extra)

@@ -63,6 +63,9 @@ READ_ABLATIONS = {
     "neighbours: every adjacent message": ("tuning", {"NEIGHBOUR_KINDS": ["prev_reply", "next_reply", "next_same",
                                                                           "prev_same"]}),
     "no references (recall.recent_turns 0)": ("settings", {"recall.recent_turns": 0}),
+    "references: 3 recent turns (recall.recent_turns 3)": ("settings", {"recall.recent_turns": 3}),
+    "borrow the recent turns' rare terms (BORROW_RARE_TERMS)": ("tuning", {"BORROW_RARE_TERMS": True}),
+    "borrow rare terms of 3 recent turns": ("both", ({"recall.recent_turns": 3}, {"BORROW_RARE_TERMS": True})),
     "floors off (MIN_SIMILARITY, VECTOR_MARGIN, MIN_BM25 0)": ("tuning", {"MIN_SIMILARITY": 0.0,
                                                                           "VECTOR_MARGIN": 0.0, "MIN_BM25": 0.0}),
     "candidates 200 (CANDIDATES)": ("tuning", {"CANDIDATES": 200}),
@@ -113,7 +116,17 @@ async def read_ablations(product, chats: list[dict], *, suffix: str, budget: int
             continue
         log(f"ablation{label}: {name}")
         details[name] = {}
-        if kind == "tuning":
+        if kind == "both":   # a setting and a constant at once
+            settings_values, tuning_values = values
+            client = await product.restart(tuning_values)
+            await client.put_settings(settings_values)
+            try:
+                variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
+                                                        details=details[name])
+            finally:
+                await client.put_settings({k: defaults[k] for k in settings_values})
+                await product.restart(None)
+        elif kind == "tuning":
             client = await product.restart(values)
             try:
                 variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
@@ -172,8 +185,8 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
         async with aiohttp.ClientSession(timeout=timeout) as session:
             product = Product(data_dir, user_settings, session)
             client = await product.start()
-            touched = {k for kind, values in READ_ABLATIONS.values() if kind == "settings" for k in values} \
-                - set(user_settings)
+            touched = {k for kind, values in READ_ABLATIONS.values() if kind in ("settings", "both")
+                       for k in (values if kind == "settings" else values[0])} - set(user_settings)
             schema = (await client.call("GET", product.server.url + "/v1/settings/schema"))["settings"]
             defaults = {s["name"]: s["default"] for s in schema if s["name"] in touched}
             await client.put_settings(defaults)  # a kept data dir may hold an aborted ablation

@@ -25,6 +25,7 @@ MAX_PARTS = 3
 LONG_INPUT_TOKENS = 96
 WINDOW_TOKENS = 64
 LONG_WINDOWS = 4
+BORROWED_TERMS = 3   # rare terms of the recent turns an input that names nothing leans on
 MIN_CLEAN_CHARS = 6                      # an input that is only an action keeps its action
 _ACTION = re.compile(r"\*[^*\n]{1,600}\*|（[^（）\n]{1,200}）(?=\s*[“\"「])")
 _QUOTES = re.compile(r"[\"“”「」『』]")
@@ -100,15 +101,32 @@ def refers_back(text: str) -> bool:
     return any(p in text for p in _PRONOUNS_ZH) and not candidate_names(text)
 
 
+def rare_terms_of_recent(cleaned: str, recent: list[str], weights: Callable[[str], dict[str, float]]) -> list[str]:
+    """For an input that names nothing as rare as the turns before it do ("导演是谁呢？" after three turns about
+    《恋恋笔记本》, "and what did he do then?"): the rarest terms of those turns, which it leans on."""
+    own = weights(cleaned)
+    theirs: dict[str, float] = {}
+    for turn in recent:
+        for term, weight in weights(clean_input(turn)).items():
+            theirs[term] = max(weight, theirs.get(term, 0.0))
+    top = [t for t in sorted(theirs, key=lambda t: (-theirs[t], t)) if t not in own][:BORROWED_TERMS]
+    if not top or theirs[top[0]] <= max(own.values(), default=0.0):
+        return []   # the input names something as rare itself: it needs nothing borrowed
+    return top
+
+
 def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
                find_anchor: Callable[[str], dt.date | None] | None = None,
-               weights: Callable[[str], dict[str, float]] | None = None) -> QueryPlan:
+               weights: Callable[[str], dict[str, float]] | None = None, borrow_terms: bool = False) -> QueryPlan:
     """What to search for `text` (the user's new input); `recent` are the last turns, newest first;
-    `weights(text)` gives its terms' weight in the chat (for a long input's salient parts)."""
+    `weights(text)` gives its terms' weight in the chat (for a long input's salient parts, and with
+    `borrow_terms` for the rare terms of the recent turns an input leans on)."""
     cleaned = clean_input(text)
     borrowed: list[str] = []
     if cleaned and recent and refers_back(cleaned):
         borrowed = sorted(candidate_names(clean_input(recent[0])))[:3]
+    if cleaned and recent and not borrowed and borrow_terms and weights is not None:
+        borrowed = rare_terms_of_recent(cleaned, recent, weights)
     when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
     topic = when.topic if when is not None and when.topic.strip() else cleaned
     parts = salient_windows(topic, weights) if count_tokens(topic) > LONG_INPUT_TOKENS else split_parts(topic)

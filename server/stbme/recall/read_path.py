@@ -134,13 +134,14 @@ async def _plan(q: RecallQuery, settings, *, now, store: Store, chat_id: str, le
     if not settings("recall.query_cleanup"):
         return QueryPlan(text, [text], text)
     lang = detect_language([text])
-    plan = plan_query(text, recent, now=now, lang=lang, weights=lexical.term_weights)
+    plan = plan_query(text, recent, now=now, lang=lang, weights=lexical.term_weights,
+                      borrow_terms=tuning.BORROW_RARE_TERMS)
     when = plan.time
     if when is not None and when.kind == "anchor" and when.span is None and when.anchor:
         day = await anchor_day(store, chat_id, lexical, when.anchor)  # "the day after the festival": which day?
         if day is not None:
             plan = plan_query(text, recent, now=now, lang=lang, find_anchor=lambda _phrase: day,
-                              weights=lexical.term_weights)
+                              weights=lexical.term_weights, borrow_terms=tuning.BORROW_RARE_TERMS)
     return plan
 
 
