@@ -258,6 +258,7 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
 
     log(size, f"recall x {len(measured)}")
     cpu_start = cpu_sample()
+    cpu_self = time.process_time()
     latencies, took, memories, tokens, by_kind, named = [], [], [], [], {}, []
     for kind, q, name in measured:
         t = time.perf_counter()
@@ -270,6 +271,8 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
         tokens.append(result["tokens"])
         if name:  # a rare-name query: does the block bring back a memory that names it?
             named.append(name.lower() in result["text"].lower())
+    # CPU the process spent per recall (every thread): unlike wall time, hardly changed by other programs.
+    out["recall_cpu_ms"] = (time.process_time() - cpu_self) * 1000 / len(measured)
     out["other_cpu_recall"] = other_cpu(cpu_start)
     out["recall"] = summary_ms(latencies)
     out["recall_p50_ms"] = out["recall"]["p50"]
@@ -284,11 +287,13 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     recent = [{"role": m.role, "name": m.name, "text": m.text} for m in (gen.message(i) for i in range(size - 4, size))]
     log(size, f"recall with recent turns x {len(measured)}")
     misses_before, real = embedder.query_misses, []
+    cpu_self = time.process_time()
     for _, q, _ in measured:
         t = time.perf_counter()
         await recall(sc, {**body(q), "recent": recent})
         real.append(time.perf_counter() - t)
     out["recall_real"] = summary_ms(real)
+    out["recall_real_cpu_ms"] = (time.process_time() - cpu_self) * 1000 / len(measured)
     out["recent_turns_embedded"] = embedder.query_misses - misses_before  # 0: their stored vectors were reused
 
     # The two retrievers alone, on the same queries.
@@ -514,6 +519,7 @@ def print_report(env: dict, results: list[dict]) -> None:
     line("p50", lambda r: fmt(r["recall"]["p50"], ".2f"))
     line("p95", lambda r: fmt(r["recall"]["p95"], ".2f"))
     line("p99", lambda r: fmt(r["recall"]["p99"], ".2f"))
+    line("CPU per recall (all threads of the process), ms", lambda r: fmt(r["recall_cpu_ms"], ".2f"))
     line("p50 by query kind: rare / topic / miss",
          lambda r: " / ".join(fmt(r["recall_by_kind_p50_ms"].get(k), ".1f") for k in ("rare", "topic", "miss")))
     line("the extension's request (input + 4 recent turns) p50 / p95",
@@ -529,6 +535,13 @@ def print_report(env: dict, results: list[dict]) -> None:
                        f"({fmt(r['recall']['p95'] / r['baseline']['recall']['p95'], '.2f', 'x')})" if "baseline" in r else "-")
         line("  the extension's request: this / that, p50",
              lambda r: fmt(r['recall_real']['p50'] / r['baseline']['recall_real']['p50'], '.2f', 'x')
+             if "baseline" in r else "-")
+        line("  CPU ms per recall: this / that (ratio)",
+             lambda r: f"{fmt(r['recall_cpu_ms'], '.2f')} / {fmt(r['baseline']['recall_cpu_ms'], '.2f')} "
+                       f"({fmt(r['recall_cpu_ms'] / r['baseline']['recall_cpu_ms'], '.2f', 'x')})" if "baseline" in r else "-")
+        line("  CPU ms per extension request: this / that (ratio)",
+             lambda r: f"{fmt(r['recall_real_cpu_ms'], '.2f')} / {fmt(r['baseline']['recall_real_cpu_ms'], '.2f')} "
+                       f"({fmt(r['recall_real_cpu_ms'] / r['baseline']['recall_real_cpu_ms'], '.2f', 'x')})"
              if "baseline" in r else "-")
         line("  other processes' CPU during that revision's recalls",
              lambda r: fmt(r["baseline"]["other_cpu_recall"], ".2f") if "baseline" in r else "-")
@@ -645,7 +658,9 @@ def main(sizes: str, queries: int, syncs: int, seed: int, as_json: bool, data_di
             res.update(populate=pop, populate_wall_s=pop_wall, measure_wall_s=res_wall)
             if base_code is not None:
                 res["baseline"] = {"rev": baseline, "code": base["code"], "recall": base["recall"],
-                                   "recall_real": base["recall_real"], "other_cpu_recall": base["other_cpu_recall"]}
+                                   "recall_real": base["recall_real"], "other_cpu_recall": base["other_cpu_recall"],
+                                   "recall_cpu_ms": base["recall_cpu_ms"],
+                                   "recall_real_cpu_ms": base["recall_real_cpu_ms"]}
             results.append(res)
             click.echo(f"[{n:>7,}] recall p50 {res['recall']['p50']:.2f} ms, p95 {res['recall']['p95']:.2f} ms; "
                        f"brute force p50 {res['brute']['p50']:.2f} ms; peak RSS {res['rss_peak_mb']:.0f} MB",

@@ -99,7 +99,12 @@ async def ingest(client: Client, chats: list[dict], suffix: str = "", overrides:
         if overrides:
             await client.put_chat_settings(chat_id, overrides)
         await client.sync(chat_id, chat["messages"])
-    await client.wait_processed({c["chat_id"] + suffix: len(c["messages"]) for c in chats})
+    await client.wait_processed({c["chat_id"] + suffix: processed_length(c["messages"]) for c in chats})
+
+
+def processed_length(messages: list[dict]) -> int:
+    """Messages that get memories: up to the last reply (the user messages after it wait for one)."""
+    return max((i + 1 for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
 
 
 def write_suffix(values: dict) -> str:

@@ -165,7 +165,9 @@ class Client:
         await self.call("PUT", self.chat_url(chat_id, "/settings"), {"settings": values})
 
     async def wait_processed(self, lengths: dict[str, int], timeout: float = 7200.0) -> dict[str, dict]:
-        """Poll until every chat's messages have memories and every memory is embedded; progress on stderr."""
+        """Poll until every chat's messages have memories and every memory is embedded; progress on stderr.
+        `lengths`: per chat, how many messages get memories (user messages after the last reply wait for
+        one, as in SillyTavern: the product processes a chat after each assistant message)."""
         started = time.monotonic()
         while True:
             statuses = {c: await self.status(c) for c in lengths}

@@ -108,7 +108,7 @@ class ChatStates:
 
     async def read(self, chat_id: str, prompt_tokens: int) -> ChatState:
         seq = self.store.write_seq   # before the read: a write during it makes the next recall read again
-        state = await self.store.read(lambda conn: read_chat_state(conn, chat_id, prompt_tokens))
+        state = self.store.read_inline(lambda conn: read_chat_state(conn, chat_id, prompt_tokens))
         if len(self._states) > 256:
             self._states.clear()
         self._states[(chat_id, prompt_tokens)] = (seq, state)
@@ -239,7 +239,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
         return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_COLUMNS, where="AND archived = 0")
 
-    members, neighbour_of, row_list = await store.read(around_the_hits)
+    members, neighbour_of, row_list = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
                           rrf_k=RRF_K)
     if graph is not None:
@@ -299,8 +299,8 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
     if weight <= 0 or not asks_about_now(plan.text):
         return None
     ids = list(dict.fromkeys(n for r in rankings for n in r.ids))
-    rows = await store.read(lambda conn: nodes_by_ids(conn, chat_id, ids, columns="id, fields, seq_to",
-                                                      where="AND archived = 0"))
+    rows = store.read_inline(lambda conn: nodes_by_ids(conn, chat_id, ids, columns="id, fields, seq_to",
+                                                       where="AND archived = 0"))
     texts = {r["id"]: (node_text(orjson.loads(r["fields"])), r["seq_to"]) for r in rows}
     return latest_ranking(texts, lexical=lexical, topic=plan.topic or plan.text, weight=weight)
 

@@ -175,6 +175,15 @@ class Store:
             raise StoreClosed("the store is closed")
         return await asyncio.get_running_loop().run_in_executor(self._readers, self._run_read, fn)
 
+    def read_inline(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run fn(conn) on the calling thread's own read-only connection: no hand-off to a reader thread.
+        For the few short, index-served reads on a latency-critical path (a recall's), where waking a
+        reader thread and waiting for it cost more than the read, most of all when other programs keep the
+        CPU busy; anything that may scan goes through read()."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return self._run_read(fn)
+
     def read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
             raise StoreClosed("the store is closed")
