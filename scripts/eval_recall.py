@@ -316,7 +316,10 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only,
             "write_ablations": not public, "only": only}
     variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))
     t = time.monotonic()
-    baselines = baseline_outcomes(chats, None if no_vectors else EmbeddingCache(cache_dir))
+    cache = None if no_vectors else EmbeddingCache(cache_dir)
+    if cache is not None and data_dir is not None:
+        log(f"baselines: {cache.seed_from_product(data_dir / 'stbme.sqlite3')} vectors the product stored can be reused")
+    baselines = baseline_outcomes(chats, cache)
     timings["baselines"] = time.monotonic() - t
     systems = {PRODUCT: variants[PRODUCT], **({"prod. signals off": variants[NO_DIRECTIVES]}
                                               if NO_DIRECTIVES in variants else {}), **baselines}

@@ -63,6 +63,23 @@ class EmbeddingCache:
     def key(text: str) -> str:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+    def seed_from_product(self, db_path: Path) -> int:
+        """Take the passage vectors the product already stored for the same texts (its memories of a message
+        are embedded as "Speaker: text", clipped as here): the speaker-attributed baseline costs no model
+        time then. Returns how many were taken."""
+        import sqlite3 as _sqlite3
+
+        from stbme.embed.local import LocalEmbedder
+
+        conn = _sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            self._product = {h: v for h, v in conn.execute(
+                "SELECT text_hash, embedding FROM nodes WHERE embedder = ? AND embedding IS NOT NULL"
+                " AND text_hash IS NOT NULL", (LocalEmbedder.id,))}
+        finally:
+            conn.close()
+        return len(self._product)
+
     def embed(self, texts: list[str], kind: str, label: str = "") -> np.ndarray:
         """Unit vectors of `texts` (kind 'query' or 'passage'), from the cache where possible."""
         keys = [self.key(t) for t in texts]
@@ -73,6 +90,13 @@ class EmbeddingCache:
             rows = self.db.execute(f"SELECT hash, vec FROM vectors WHERE model = ? AND kind = ? AND hash IN"
                                    f" ({','.join('?' * len(part))})", [self.model_id, kind, *part]).fetchall()
             found.update({h: np.frombuffer(v, dtype=np.float32) for h, v in rows})
+        if kind == "passage" and getattr(self, "_product", None):
+            from stbme.hashing import text_hash
+
+            for k, t in dict(zip(keys, texts)).items():
+                blob = self._product.get(text_hash(t)) if k not in found else None
+                if blob is not None:
+                    found[k] = np.frombuffer(blob, dtype=np.float32)
         missing = [(k, t) for k, t in dict(zip(keys, texts)).items() if k not in found]
         started = time.monotonic()
         for i in range(0, len(missing), BATCH):
