@@ -208,8 +208,8 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             timings["product recall"] = time.monotonic() - started
             if args["ablations"]:
                 started = time.monotonic()
-                await read_ablations(product, chats, suffix="", budget=budget, defaults=defaults, label="",
-                                     variants=variants, details=details, only=args["only"])
+                await read_ablations(product, args["ablation_chats"], suffix="", budget=budget, defaults=defaults,
+                                     label="", variants=variants, details=details, only=args["only"])
                 timings["read ablations"] = time.monotonic() - started
             if args["ablations"] and args["write_ablations"]:
                 client = product.client
@@ -278,6 +278,10 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.option("--no-ablations", is_flag=True, help="Skip the ablation passes.")
 @click.option("--only", "only", multiple=True, help="Only the ablations whose name contains this (repeatable).")
 @click.option("--no-vectors", is_flag=True, help="Skip the e5 baseline and the fusion (no model work here).")
+@click.option("--no-bare-vectors", is_flag=True,
+              help="Skip the model over bare text (the speaker-attributed one reuses the product's vectors).")
+@click.option("--ablation-split", type=click.Choice(("tune", "held", "both")), default="tune", show_default=True,
+              help="With --public: the part the ablations run on.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the product's data here; a re-run with the same chats skips the ingest.")
 @click.option("--keep", is_flag=True, help="Keep the temporary data dir.")
@@ -287,8 +291,8 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
               help="Print this many questions BM25 answers and the product misses.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write every per-question result here.")
-def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only, no_vectors, data_dir, keep,
-         cache_dir, n_examples, json_path):
+def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only, no_vectors, no_bare_vectors,
+         ablation_split, data_dir, keep, cache_dir, n_examples, json_path):
     """Evaluate recall of the product against baselines on the generated roleplay set or public sets."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
     started = time.monotonic()
@@ -313,13 +317,14 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only,
     timings: dict[str, float] = {}
     # A write-path ablation ingests every chat again: on the public sets (no directives to switch off) it is left out.
     args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations,
-            "write_ablations": not public, "only": only}
+            "write_ablations": not public, "only": only,
+            "ablation_chats": [c for c in chats if not public or ablation_split == "both" or c["split"] == ablation_split]}
     variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))
     t = time.monotonic()
     cache = None if no_vectors else EmbeddingCache(cache_dir)
     if cache is not None and data_dir is not None:
         log(f"baselines: {cache.seed_from_product(data_dir / 'stbme.sqlite3')} vectors the product stored can be reused")
-    baselines = baseline_outcomes(chats, cache)
+    baselines = baseline_outcomes(chats, cache, vector_forms=("speaker",) if no_bare_vectors else ("bare", "speaker"))
     timings["baselines"] = time.monotonic() - t
     systems = {PRODUCT: variants[PRODUCT], **({"prod. signals off": variants[NO_DIRECTIVES]}
                                               if NO_DIRECTIVES in variants else {}), **baselines}

@@ -112,7 +112,8 @@ def speaker_text(message: dict) -> str:
 BASELINE_TEXTS = {"bare": lambda m: m["text"], "speaker": speaker_text}
 
 
-def baseline_outcomes(chats: list[dict], cache: EmbeddingCache | None) -> dict[str, list[Outcome]]:
+def baseline_outcomes(chats: list[dict], cache: EmbeddingCache | None, forms=("bare", "speaker"),
+                      vector_forms=("bare", "speaker")) -> dict[str, list[Outcome]]:
     """Plain BM25, the local model alone and their fusion (BM25 weight 2), each over the messages a question
     may find (the same window the product searches), as bare text and as "Speaker: text"."""
     systems: dict[str, list[Outcome]] = {}
@@ -120,9 +121,12 @@ def baseline_outcomes(chats: list[dict], cache: EmbeddingCache | None) -> dict[s
         queries = [q["query"] for q in chat["questions"]]
         query_vecs = cache.embed(queries, "query", chat["chat_id"]) if cache is not None else None
         for form, text_of in BASELINE_TEXTS.items():
+            if form not in forms:
+                continue
             docs = [text_of(m) for m in chat["messages"]]
             index = bm25.BM25(docs)
-            doc_vecs = cache.embed(docs, "passage", f"{chat['chat_id']} {form}") if cache is not None else None
+            doc_vecs = cache.embed(docs, "passage", f"{chat['chat_id']} {form}") \
+                if cache is not None and form in vector_forms else None
             for i, q in enumerate(chat["questions"]):
                 end = candidates_end(chat, q)
                 lexical = [d for d in bm25.ranking(index.scores(q["query"])) if d < end]
