@@ -13,10 +13,9 @@ import datetime as dt
 import re
 from typing import Callable
 
-from ..pipeline.heuristic import candidate_names
+from ..pipeline.heuristic import candidate_names, split_chunks
 from ..pipeline.timeline import QueryTime, query_time
 from ..tokens import count_tokens
-from .snippet import sentences
 
 MAX_PARTS = 3
 # A long input (a long message, pasted history) is searched by its windows of sentences, not as one blob
@@ -66,24 +65,11 @@ def split_parts(text: str) -> list[str]:
     return parts[:MAX_PARTS] if len(parts) > 1 else [text]
 
 
-def windows(text: str, max_tokens: int = WINDOW_TOKENS) -> list[str]:
-    """Consecutive sentences grouped into pieces of about max_tokens tokens."""
-    out, current, used = [], [], 0
-    for sentence in sentences(text):
-        tokens = count_tokens(sentence)
-        if current and used + tokens > max_tokens:
-            out.append(" ".join(current))
-            current, used = [], 0
-        current.append(sentence)
-        used += tokens
-    return out + [" ".join(current)] if current else out
-
-
 def salient_windows(text: str, weights: Callable[[str], dict[str, float]] | None) -> list[str]:
     """The windows of a long input that carry most of what it says: by the summed weight of their terms in
     the chat (`weights(text)`: term -> idf), at most LONG_WINDOWS, in the input's order; without weights,
     its last windows (the newest lines of pasted history)."""
-    pieces = windows(text)
+    pieces = split_chunks(text, WINDOW_TOKENS)   # consecutive sentences, about WINDOW_TOKENS each
     if len(pieces) <= LONG_WINDOWS:
         return pieces
     if weights is None:
