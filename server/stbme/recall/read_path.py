@@ -215,6 +215,14 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
             rankings.append(Ranking(f"vec{i}", w_vec, *_split(hnsw.query(vectors[i], k))))
     if plan.reference:
         rankings.append(Ranking("lexref", w_lex * REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
+        recent = _recent_texts(q, settings)
+        if tuning.VECTOR_REFERENCE and vectors and hnsw is not None and recent:
+            # The input leans on the last turn: that turn and the input, embedded together, as one more list.
+            try:
+                ref_vec = (await _embed_parts(embeddings, [f"{recent[0]} {plan.text}"], max_tokens))[0]
+                rankings.append(Ranking("vecref", w_vec * REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
+            except EmbedError:
+                pass
     topic_vec = vectors[0] if len(vectors) == 1 else (
         _unit(np.sum(vectors, axis=0)) if vectors else None)
     extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)
