@@ -318,3 +318,15 @@ def test_a_read_path_constant_can_be_overridden_for_the_evaluation_only_by_name(
     finally:
         monkeypatch.delenv("STBME_RECALL_TUNING")
         importlib.reload(tuning)
+
+
+def test_an_input_that_names_nothing_rare_borrows_the_rarest_terms_of_the_turns_before():
+    from stbme.recall.query import rare_terms_of_recent
+
+    weights = {"导演": 1.0, "是谁": 0.5, "恋恋": 6.0, "笔记": 4.0, "电影": 0.8, "hobbies": 5.0, "kate": 1.0}
+    lookup = lambda text: {t: w for t, w in weights.items() if t in text.lower()}  # noqa: E731
+    assert rare_terms_of_recent("导演是谁呢？", ["知道恋恋笔记本这部电影吗？"], lookup)[:2] == ["恋恋", "笔记"]
+    assert rare_terms_of_recent("What are Kate's hobbies?", ["Kate said the 电影 was long."], lookup) == []
+    plan = plan_query("导演是谁呢？", ["知道恋恋笔记本这部电影吗？"], now=WED, lang="zh", weights=lookup,
+                      borrow_terms=True)
+    assert plan.borrowed_names and plan.reference.startswith("导演是谁呢")
