@@ -149,7 +149,8 @@ async def test_a_question_about_a_day_finds_that_days_memories(sidecar):
     assert "[Mar 11]" in result["text"]  # the story date is shown
 
 
-async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar):
+async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar, monkeypatch):
+    monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange",))
     chat = [{"role": "user", "name": "Alex", "text": f"Small talk number {i} about nothing much."}
             if i % 2 == 0 else {"role": "assistant", "name": "Elena", "text": f"A plain answer, number {i}."}
             for i in range(40)]
@@ -286,6 +287,7 @@ async def test_the_same_speakers_next_message_comes_along_when_that_kind_is_on(s
     await full_sync(sidecar, "c", chat)
     await settle(sidecar, "c")
     query = {"query": "When did Alex take up pottery?", "budget_tokens": 800}
+    monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange",))
     seqs = {m["seq_range"][0] for m in (await recall(sidecar, "c", query))["memories"]}
     assert 20 in seqs and 21 not in seqs   # the exchange rule: a user's next message starts another exchange
     monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange", "next_same"))

@@ -76,7 +76,7 @@ SETTINGS: tuple[Setting, ...] = (
       "0 = whole texts.", min=0, max=4000, per_chat=True),
     S("recall.query_cleanup", True, "bool", "Search with the user's input without its roleplay actions "
       "(*I sit down.*), split into its parts when it asks several things.", per_chat=True),
-    S("recall.recent_turns", 1, "int", "Recent turns read to resolve a reference in the input (\"what did she "
+    S("recall.recent_turns", 3, "int", "Recent turns read to resolve a reference in the input (\"what did she "
       "say about it?\" borrows the names of the last turn); they are never searched themselves.",
       min=0, max=20),
     S("recall.max_query_tokens", 2048, "int",

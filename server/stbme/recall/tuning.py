@@ -24,9 +24,9 @@ NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share o
 #   prev_reply  the message a hit answers (by the other speaker)
 #   next_reply  the reply after a hit (by the other speaker)
 #   next_same   the same speaker's next message (a thought written over two messages)
-NEIGHBOUR_KINDS = ("exchange",)
-BORROW_RARE_TERMS = False    # an input that names nothing rare is also searched with the recent turns' rarest terms
-VECTOR_REFERENCE = False     # ... and, embedded with the last turn, as one more vector list (REFERENCE_SHARE weight)
+NEIGHBOUR_KINDS = ("prev_reply", "next_reply", "next_same")
+BORROW_RARE_TERMS = True     # an input that names nothing rare is also searched with the recent turns' rarest terms
+VECTOR_REFERENCE = True      # ... and, embedded with the last turn, as one more vector list (REFERENCE_SHARE weight)
 IMPORTANCE_WEIGHT = 0.15     # importance (0-10) in the final score
 RECENCY_WEIGHT = 0.1         # recency (message position) in the final score
 MIN_SIMILARITY = 0.78        # a memory found by vector alone is shown only at this cosine or above ...
