@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Recall evaluation: the real product (stbme serve, the bundled local model, heuristic memories) against
-plain BM25, the same model alone and their fusion, on the generated bilingual roleplay set
-(scripts/data/recall_eval.json.gz; see make_eval_set.py), with an ablation of every read-path stage that
+plain BM25, the same model alone and their fusion (each over the bare text and over "Speaker: text"), on
+the generated bilingual roleplay set (scripts/data/recall_eval.json.gz; see make_eval_set.py: CI's
+regression check) or on the public development sets of real conversations (--public realtalk, --public
+kdconv; evalkit/public_sets.py says where to get them), with an ablation of every read-path stage that
 has a setting.
 
 The chats are synced as the SillyTavern extension syncs them; each question is sent as the chat's new
@@ -13,7 +15,8 @@ rate on corrected facts, and the directive memories among the first 10.
     .venv/bin/python scripts/eval_recall.py                    # everything
     .venv/bin/python scripts/eval_recall.py --quick            # one chat per language
     .venv/bin/python scripts/eval_recall.py --data-dir /tmp/ev # keep the product's data: a re-run skips ingest
-    .venv/bin/python scripts/eval_recall.py --setting recall.candidates 200 --no-ablations
+    STBME_RECALL_TUNING='{"CANDIDATES": 200}' .venv/bin/python scripts/eval_recall.py --no-ablations
+    .venv/bin/python scripts/eval_recall.py --public realtalk --public kdconv --data-dir /tmp/ev-public
 
 Cost: ingesting the six chats takes the product about 25 CPU minutes (it embeds every message); the
 21 recall passes about 4 minutes; the baselines' vectors as much CPU as the ingest once, then nothing
@@ -36,29 +39,40 @@ import aiohttp
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from evalkit import evalset, metrics  # noqa: E402
+from evalkit import evalset, metrics, public_sets  # noqa: E402
 from evalkit.embedcache import DEFAULT_DIR, EmbeddingCache  # noqa: E402
 from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
 from evalkit.sidecar import Client, Server, parse_settings  # noqa: E402
 
 PRODUCT = "product defaults"
-# Each stage off in turn. Read-path settings are global; write-path ones need the chats ingested again
-# under a per-chat override (their embeddings come from the product's own cache, so that is cheap).
+# Each stage off in turn. A read-path setting is global (one pass, then back to its default); a named
+# constant of the read path (recall/tuning.py) is overridden by restarting the server under
+# STBME_RECALL_TUNING; "query" variants change the request. Write-path settings need the chats ingested
+# again under a per-chat override (their embeddings come from the product's own cache, so that is cheap).
 READ_ABLATIONS = {
-    "keywords only (recall.vector_weight 0)": {"recall.vector_weight": 0.0},
-    "vectors only (recall.lexical_weight 0)": {"recall.lexical_weight": 0.0},
-    "raw input (recall.query_cleanup false)": {"recall.query_cleanup": False},
-    "no days (recall.time_weight 0)": {"recall.time_weight": 0.0},
-    "no graph (recall.graph_weight 0)": {"recall.graph_weight": 0.0},
-    "no latest word (recall.latest_weight 0)": {"recall.latest_weight": 0.0},
-    "no exchange neighbours (recall.neighbour_share 0)": {"recall.neighbour_share": 0.0},
-    "no references (recall.recent_turns 0)": {"recall.recent_turns": 0},
-    "floors off (min_similarity, vector_margin, min_bm25 0)": {"recall.min_similarity": 0.0,
-                                                               "recall.vector_margin": 0.0, "recall.min_bm25": 0.0},
-    "candidates 200 (recall.candidates)": {"recall.candidates": 200},
-    "no importance (recall.importance_weight 0)": {"recall.importance_weight": 0.0},
-    "no recency (recall.recency_weight 0)": {"recall.recency_weight": 0.0},
-    "no near-dup drop (duplicate_similarity 1)": {"recall.duplicate_similarity": 1.0},
+    "keywords only (VECTOR_WEIGHT 0)": ("tuning", {"VECTOR_WEIGHT": 0.0}),
+    "vectors only (LEXICAL_WEIGHT 0)": ("tuning", {"LEXICAL_WEIGHT": 0.0}),
+    "raw input (recall.query_cleanup false)": ("settings", {"recall.query_cleanup": False}),
+    "no days (TIME_WEIGHT 0)": ("tuning", {"TIME_WEIGHT": 0.0}),
+    "no graph (GRAPH_WEIGHT 0)": ("tuning", {"GRAPH_WEIGHT": 0.0}),
+    "no latest word (LATEST_WEIGHT 0)": ("tuning", {"LATEST_WEIGHT": 0.0}),
+    "no neighbours (NEIGHBOUR_SHARE 0)": ("tuning", {"NEIGHBOUR_SHARE": 0.0}),
+    "neighbours: exchange (user-role rule)": ("tuning", {"NEIGHBOUR_KINDS": ["exchange"]}),
+    "neighbours: replies before and after": ("tuning", {"NEIGHBOUR_KINDS": ["prev_reply", "next_reply"]}),
+    "neighbours: + same speaker's next": ("tuning", {"NEIGHBOUR_KINDS": ["prev_reply", "next_reply", "next_same"]}),
+    "neighbours: every adjacent message": ("tuning", {"NEIGHBOUR_KINDS": ["prev_reply", "next_reply", "next_same",
+                                                                          "prev_same"]}),
+    "no references (recall.recent_turns 0)": ("settings", {"recall.recent_turns": 0}),
+    "references: 3 recent turns (recall.recent_turns 3)": ("settings", {"recall.recent_turns": 3}),
+    "borrow the recent turns' rare terms (BORROW_RARE_TERMS)": ("tuning", {"BORROW_RARE_TERMS": True}),
+    "borrow rare terms of 3 recent turns": ("both", ({"recall.recent_turns": 3}, {"BORROW_RARE_TERMS": True})),
+    "floors off (MIN_SIMILARITY, VECTOR_MARGIN, MIN_BM25 0)": ("tuning", {"MIN_SIMILARITY": 0.0,
+                                                                          "VECTOR_MARGIN": 0.0, "MIN_BM25": 0.0}),
+    "candidates 200 (CANDIDATES)": ("tuning", {"CANDIDATES": 200}),
+    "no importance (IMPORTANCE_WEIGHT 0)": ("tuning", {"IMPORTANCE_WEIGHT": 0.0}),
+    "no recency (RECENCY_WEIGHT 0)": ("tuning", {"RECENCY_WEIGHT": 0.0}),
+    "no near-dup drop (DUPLICATE_SIMILARITY 1)": ("tuning", {"DUPLICATE_SIMILARITY": 1.0}),
+    "long input: the 4 recent turns and the question as one input": ("query", "long"),
 }
 NO_DIRECTIVES = "no directives (dna.signals false)"
 WRITE_ABLATIONS = {
@@ -67,7 +81,8 @@ WRITE_ABLATIONS = {
 }
 NOT_ABLATABLE = (
     "the directives' share of the block (recall.directive_share) apart from creating none (dna.signals)",
-    "the speaker/participants text indexed with each memory",
+    "the speaker-attributed text indexed and embedded (a write-path change: its worth is the baselines'"
+    " bare vs speaker rows)",
     "reciprocal-rank fusion itself (its k = 60) and the DNA weight factor on the score",
     "one memory per message (a long message's chunks are one piece of evidence)",
     "the rendering order and per-line token cap of the block (recall.budget_tokens is the budget, not a stage)",
@@ -84,7 +99,12 @@ async def ingest(client: Client, chats: list[dict], suffix: str = "", overrides:
         if overrides:
             await client.put_chat_settings(chat_id, overrides)
         await client.sync(chat_id, chat["messages"])
-    await client.wait_processed({c["chat_id"] + suffix: len(c["messages"]) for c in chats})
+    await client.wait_processed({c["chat_id"] + suffix: processed_length(c["messages"]) for c in chats})
+
+
+def processed_length(messages: list[dict]) -> int:
+    """Messages that get memories: up to the last reply (the user messages after it wait for one)."""
+    return max((i + 1 for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
 
 
 def write_suffix(values: dict) -> str:
@@ -92,18 +112,67 @@ def write_suffix(values: dict) -> str:
     return "#" + ",".join(f"{k}={v}" for k, v in values.items())
 
 
-async def read_ablations(client: Client, chats: list[dict], *, suffix: str, budget: int, defaults: dict,
-                         label: str, variants: dict, details: dict) -> None:
-    """Each read-path stage off in turn (a global setting for one pass, then back to its default)."""
-    for name, values in READ_ABLATIONS.items():
+async def read_ablations(product, chats: list[dict], *, suffix: str, budget: int, defaults: dict,
+                         label: str, variants: dict, details: dict, only: tuple[str, ...] = ()) -> None:
+    """Each read-path stage off in turn: a global setting for one pass, then back to its default; a named
+    constant with the server restarted under STBME_RECALL_TUNING, then restarted without it."""
+    for name, (kind, values) in READ_ABLATIONS.items():
+        if only and not any(o.lower() in name.lower() for o in only):
+            continue
         log(f"ablation{label}: {name}")
-        await client.put_settings(values)
-        try:
-            details[name] = {}
-            variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
-                                                    details=details[name])
-        finally:
-            await client.put_settings({k: defaults[k] for k in values})
+        details[name] = {}
+        if kind == "both":   # a setting and a constant at once
+            settings_values, tuning_values = values
+            client = await product.restart(tuning_values)
+            await client.put_settings(settings_values)
+            try:
+                variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
+                                                        details=details[name])
+            finally:
+                await client.put_settings({k: defaults[k] for k in settings_values})
+                await product.restart(None)
+        elif kind == "tuning":
+            client = await product.restart(values)
+            try:
+                variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
+                                                        details=details[name])
+            finally:
+                await product.restart(None)
+        elif kind == "query":
+            variants[name] = await product_outcomes(product.client, chats, suffix=suffix, budget=budget,
+                                                    details=details[name], long_input=True)
+        else:
+            await product.client.put_settings(values)
+            try:
+                variants[name] = await product_outcomes(product.client, chats, suffix=suffix, budget=budget,
+                                                        details=details[name])
+            finally:
+                await product.client.put_settings({k: defaults[k] for k in values})
+
+
+class Product:
+    """The server under test, restartable with read-path constants overridden (STBME_RECALL_TUNING)."""
+
+    def __init__(self, data_dir: Path, settings: dict, session):
+        self.data_dir, self.settings, self.session = data_dir, settings, session
+        self.server = Server(data_dir, settings, data_dir / "eval-server.log")
+        self.cpu_before = 0.0
+        self.client: Client | None = None
+
+    async def start(self) -> Client:
+        await self.server.wait_ready(self.session)
+        self.client = Client(self.session, self.server.url)
+        return self.client
+
+    async def restart(self, tuning: dict | None) -> Client:
+        self.cpu_before += self.server.cpu_seconds()
+        self.server.stop()
+        env = {"STBME_RECALL_TUNING": json.dumps(tuning)} if tuning else None
+        self.server = Server(self.data_dir, self.settings, self.data_dir / "eval-server.log", env=env)
+        return await self.start()
+
+    def cpu_seconds(self) -> float:
+        return self.cpu_before + self.server.cpu_seconds()
 
 
 async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dict, dict, dict]:
@@ -112,17 +181,18 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
     data_dir = args["data_dir"] or Path(tempfile.mkdtemp(prefix="stbme-eval-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     user_settings = {"llm.mode": "none", **args["settings"]}
-    server = Server(data_dir, user_settings, data_dir / "eval-server.log")
     variants: dict[str, list] = {}
     on_no_directives: dict[str, list] = {}
     details: dict = {}
+    product = None
     try:
         timeout = aiohttp.ClientTimeout(total=600)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            await server.wait_ready(session)
-            client = Client(session, server.url)
-            touched = {k for values in READ_ABLATIONS.values() for k in values} - set(user_settings)
-            schema = (await client.call("GET", server.url + "/v1/settings/schema"))["settings"]
+            product = Product(data_dir, user_settings, session)
+            client = await product.start()
+            touched = {k for kind, values in READ_ABLATIONS.values() if kind in ("settings", "both")
+                       for k in (values if kind == "settings" else values[0])} - set(user_settings)
+            schema = (await client.call("GET", product.server.url + "/v1/settings/schema"))["settings"]
             defaults = {s["name"]: s["default"] for s in schema if s["name"] in touched}
             await client.put_settings(defaults)  # a kept data dir may hold an aborted ablation
             budget = (await client.settings())["recall.budget_tokens"]
@@ -130,7 +200,7 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             log(f"product: ingesting {len(chats)} chats into {data_dir}")
             await ingest(client, chats)
             timings["product ingest"] = time.monotonic() - started
-            timings["server CPU for ingest"] = server.cpu_seconds()
+            timings["server CPU for ingest"] = product.cpu_seconds()
             started = time.monotonic()
             details[PRODUCT] = {}
             variants[PRODUCT] = await product_outcomes(client, chats, suffix="", budget=budget,
@@ -138,8 +208,11 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             timings["product recall"] = time.monotonic() - started
             if args["ablations"]:
                 started = time.monotonic()
-                await read_ablations(client, chats, suffix="", budget=budget, defaults=defaults, label="",
-                                     variants=variants, details=details)
+                await read_ablations(product, args["ablation_chats"], suffix="", budget=budget, defaults=defaults,
+                                     label="", variants=variants, details=details, only=args["only"])
+                timings["read ablations"] = time.monotonic() - started
+            if args["ablations"] and args["write_ablations"]:
+                client = product.client
                 for name, values in WRITE_ABLATIONS.items():
                     log(f"ablation: {name} (ingest again with a per-chat override)")
                     await ingest(client, chats, write_suffix(values), values)
@@ -147,13 +220,15 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
                     variants[name] = await product_outcomes(client, chats, suffix=write_suffix(values),
                                                             budget=budget, details=details[name])
                 on_no_directives[NO_DIRECTIVES] = variants[NO_DIRECTIVES]
-                await read_ablations(client, chats, suffix=write_suffix(WRITE_ABLATIONS[NO_DIRECTIVES]),
+                await read_ablations(product, chats, suffix=write_suffix(WRITE_ABLATIONS[NO_DIRECTIVES]),
                                      budget=budget, defaults=defaults, label=" on dna.signals false",
-                                     variants=on_no_directives, details=details.setdefault("on no directives", {}))
+                                     variants=on_no_directives, details=details.setdefault("on no directives", {}),
+                                     only=args["only"])
                 timings["ablations"] = time.monotonic() - started
     finally:
-        timings["server CPU"] = server.cpu_seconds()
-        server.stop()
+        if product is not None:
+            timings["server CPU"] = product.cpu_seconds()
+            product.server.stop()
         if not args["data_dir"] and not args["keep"]:
             shutil.rmtree(data_dir, ignore_errors=True)
         elif args["keep"]:
@@ -192,12 +267,21 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--set", "set_path", type=click.Path(exists=True, path_type=Path), default=evalset.DEFAULT_PATH,
               show_default=True, help="The evaluation set (make_eval_set.py writes it).")
+@click.option("--public", "public", multiple=True, type=click.Choice(public_sets.SETS),
+              help="A public development set of real conversations instead of the generated set (repeatable).")
+@click.option("--split", type=click.Choice(("tune", "held", "both")), default="both", show_default=True,
+              help="With --public: the part tuned on, the held-out part, or both.")
 @click.option("--quick", is_flag=True, help="One chat per language (development).")
 @click.option("--chat", "chat_ids", multiple=True, help="Only these chats (repeatable).")
 @click.option("--setting", "settings", type=(str, str), multiple=True,
               help="Product setting for the whole run, VALUE as JSON (repeatable), as for `stbme serve`.")
 @click.option("--no-ablations", is_flag=True, help="Skip the ablation passes.")
+@click.option("--only", "only", multiple=True, help="Only the ablations whose name contains this (repeatable).")
 @click.option("--no-vectors", is_flag=True, help="Skip the e5 baseline and the fusion (no model work here).")
+@click.option("--no-bare-vectors", is_flag=True,
+              help="Skip the model over bare text (the speaker-attributed one reuses the product's vectors).")
+@click.option("--ablation-split", type=click.Choice(("tune", "held", "both")), default="tune", show_default=True,
+              help="With --public: the part the ablations run on.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the product's data here; a re-run with the same chats skips the ingest.")
 @click.option("--keep", is_flag=True, help="Keep the temporary data dir.")
@@ -207,13 +291,22 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
               help="Print this many questions BM25 answers and the product misses.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write every per-question result here.")
-def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir, keep, cache_dir, n_examples,
-         json_path):
-    """Evaluate recall of the product against baselines on the generated roleplay set."""
+def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only, no_vectors, no_bare_vectors,
+         ablation_split, data_dir, keep, cache_dir, n_examples, json_path):
+    """Evaluate recall of the product against baselines on the generated roleplay set or public sets."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
     started = time.monotonic()
-    data = evalset.load(set_path)
-    chats = data["chats"]
+    categories = evalset.CATEGORIES
+    if public:
+        try:
+            chats = [c for name in public for c in public_sets.load(name)]
+        except public_sets.MissingSource as exc:
+            raise click.ClickException(str(exc)) from None
+        chats = [c for c in chats if split == "both" or c["split"] == split]
+        categories = tuple(dict.fromkeys(c for name in public for c in public_sets.CATEGORIES[name]))
+        set_path = Path("+".join(public))
+    else:
+        chats = evalset.load(set_path)["chats"]
     if chat_ids:
         chats = [c for c in chats if c["chat_id"] in chat_ids]
     elif quick:
@@ -222,16 +315,24 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
         raise click.ClickException("no chats selected")
     log(f"{len(chats)} chats, {sum(len(c['questions']) for c in chats)} questions")
     timings: dict[str, float] = {}
-    args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations}
+    # A write-path ablation ingests every chat again: on the public sets (no directives to switch off) it is left out.
+    args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations,
+            "write_ablations": not public, "only": only,
+            "ablation_chats": [c for c in chats if not public or ablation_split == "both" or c["split"] == ablation_split]}
     variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))
     t = time.monotonic()
-    baselines = baseline_outcomes(chats, None if no_vectors else EmbeddingCache(cache_dir))
+    cache = None if no_vectors else EmbeddingCache(cache_dir)
+    if cache is not None and data_dir is not None:
+        log(f"baselines: {cache.seed_from_product(data_dir / 'stbme.sqlite3')} vectors the product stored can be reused")
+    baselines = baseline_outcomes(chats, cache, vector_forms=("speaker",) if no_bare_vectors else ("bare", "speaker"))
     timings["baselines"] = time.monotonic() - t
     systems = {PRODUCT: variants[PRODUCT], **({"prod. signals off": variants[NO_DIRECTIVES]}
                                               if NO_DIRECTIVES in variants else {}), **baselines}
     click.echo(f"\nRecall on {set_path.name} ({len(chats)} chats), product settings:"
                f" {args['settings'] or 'defaults'} (llm.mode none)\n")
-    click.echo(metrics.main_table(systems, evalset.CATEGORIES, PRODUCT))
+    click.echo(metrics.main_table(systems, categories, PRODUCT))
+    click.echo("\nR@10 by group (product variants and baselines):\n")
+    click.echo(metrics.r10_table({**systems, **{k: v for k, v in variants.items() if k != PRODUCT}}, categories))
     top40 = metrics.score(variants[PRODUCT]).recall
     in40 = sum(metrics.recall_at(o.evidence, o.ranked, 40) for o in variants[PRODUCT]) / len(variants[PRODUCT])
     click.echo(f"\nproduct: evidence in its first 40 memories (R@40) {in40:.3f}; R@20 {top40[20]:.3f}")
@@ -243,11 +344,11 @@ def main(set_path, quick, chat_ids, settings, no_ablations, no_vectors, data_dir
         click.echo("\nAblation on top of dna.signals false (the chats ingested without directives; each read"
                    " stage off in turn):\n")
         click.echo(metrics.ablation_table({**on_no_directives, **baselines}))
-    if n_examples and "BM25" in baselines:
+    if n_examples and "BM25 bare" in baselines:
         for name in (PRODUCT, NO_DIRECTIVES):
             if name in variants:
                 click.echo(f"\nBM25 top 5 has the evidence, {name!r} top 10 does not (its first 5 memories shown):")
-                click.echo(examples(chats, variants[name], baselines["BM25"], details[name], n_examples))
+                click.echo(examples(chats, variants[name], baselines["BM25 bare"], details[name], n_examples))
     if json_path:
         out = {name: [vars(o) for o in outs] for name, outs in {**variants, **baselines}.items()}
         out.update({f"{name} | on dna.signals false": [vars(o) for o in outs]

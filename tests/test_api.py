@@ -122,7 +122,7 @@ async def test_settings_schema_describes_every_setting(client):
 
 async def test_settings_put_changes_and_persists(client):
     data = await ok_json(await client.put("/v1/settings", json={"settings": {
-        "recall.budget_tokens": 600, "recall.language": "zh", "recall.min_similarity": 0.5}}))
+        "recall.budget_tokens": 600, "recall.language": "zh", "recall.directive_share": 0.5}}))
     assert data["settings"]["recall.budget_tokens"] == 600
     assert data["settings"]["recall.language"] == "zh"
     again = await ok_json(await client.get("/v1/settings"))
@@ -141,7 +141,7 @@ async def test_settings_put_changes_and_persists(client):
     ({"recall.budget_tokens": 600, "recall.language": "fr"}, "recall.language"),
     ({"recall.budget_tokens": 600, "recall.enabled": "yes"}, "recall.enabled"),
     ({"recall.budget_tokens": 600, "server.cors_origins": "http://x"}, "server.cors_origins"),
-    ({"recall.budget_tokens": 600, "recall.min_similarity": 1.5}, "recall.min_similarity"),
+    ({"recall.budget_tokens": 600, "recall.directive_share": 1.5}, "recall.directive_share"),
 ])
 async def test_settings_put_rejects_bad_key_or_value_and_changes_nothing(client, updates, field):
     before = (await ok_json(await client.get("/v1/settings")))["settings"]

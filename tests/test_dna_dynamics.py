@@ -114,10 +114,12 @@ async def test_recall_reinforces_weight(sidecar):
     for expected in (0.65, 0.75):
         result = await recall(sidecar, "c", {"query": "pacing"})
         assert node["id"] in [m["id"] for m in result["memories"]]
-        await sidecar.store.write(lambda conn: None)  # the access write is queued before this one
+        sidecar.recall.reinforcement.flush()          # the counted injections are queued now,
+        await sidecar.store.write(lambda conn: None)  # before this write
         assert (await sidecar.memories.get("c", node["id"]))["weight"] == pytest.approx(expected)
     await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET weight = 0.97 WHERE id = ?", (node["id"],)))
     await recall(sidecar, "c", {"query": "pacing"})
+    sidecar.recall.reinforcement.flush()
     await sidecar.store.write(lambda conn: None)
     assert (await sidecar.memories.get("c", node["id"]))["weight"] == 1.0
 

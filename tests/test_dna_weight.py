@@ -60,7 +60,8 @@ async def test_recall_reinforces_a_new_directive(sidecar):
     for expected in (0.6, 0.7):
         result = await recall(sidecar, "c", {"query": "what next?"})
         assert d["id"] in [m["id"] for m in result["memories"]]   # directives are always injected
-        await sidecar.store.write(lambda conn: None)               # the access write is queued before this
+        sidecar.recall.reinforcement.flush()                        # the counted injections are queued now,
+        await sidecar.store.write(lambda conn: None)               # before this write
         assert (await directive_rows(sidecar, "c"))[0]["weight"] == pytest.approx(expected)
 
 

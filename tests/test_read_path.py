@@ -1,18 +1,21 @@
-"""The rebuilt read path, stage by stage: the query plan (pipeline/query.py), fusion and order
-(pipeline/ranking.py), and through a real store the candidates the days, the graph and the exchange add
-(pipeline/candidates.py via Services.recall)."""
+"""The rebuilt read path, stage by stage: the query plan (recall/query.py), fusion and order
+(recall/ranking.py), and through a real store the candidates the days, the graph and the exchange add
+(recall/candidates.py via Services.recall)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from conftest import full_sync, recall, settle
 from stbme.graph.model import Node
-from stbme.pipeline.candidates import Ranking
-from stbme.pipeline.query import clean_input, plan_query, refers_back, split_parts
-from stbme.pipeline.ranking import (found_by_search, fuse, lift_neighbours, may_show, order, relevant,
+from stbme.recall import tuning
+from stbme.recall.candidates import Ranking
+from stbme.recall.query import clean_input, plan_query, refers_back, split_parts
+from stbme.recall.ranking import (found_by_search, fuse, lift_neighbours, may_show, order, relevant,
                                    score_rows)
-from stbme.pipeline.snippet import focus, sentences
+from stbme.recall.snippet import focus, sentences
 from stbme.tokens import count_tokens
 
 WED = dt.date(2026, 3, 18)
@@ -53,12 +56,6 @@ def test_the_time_asked_about_is_read_apart_but_today_is_no_filter():
 
 
 # -- fusion and order ------------------------------------------------------------------------------
-def _settings(**values):
-    base = {"recall.min_similarity": 0.78, "recall.vector_margin": 0.04, "recall.min_bm25": 1.0}
-    base.update(values)
-    return base.__getitem__
-
-
 def test_fusion_is_one_for_first_in_every_list_and_weights_count():
     fused = fuse([Ranking("lex0", 2.0, ["a", "b"], {}), Ranking("vec0", 1.0, ["a", "c"], {})])
     assert fused["a"] == 1.0
@@ -70,7 +67,7 @@ def test_only_what_the_search_finds_seeds_the_rest():
     vec = Ranking("vec0", 1.0, ["close", "far"] + [f"x{i}" for i in range(5)],
                   {"close": 0.9, "far": 0.7, **{f"x{i}": 0.7 for i in range(5)}})
     days = Ranking("time", 3.0, ["that day"], {"that day": 0.1})
-    found = found_by_search([lex, vec, days], _settings())
+    found = found_by_search([lex, vec, days], min_similarity=0.78, vector_margin=0.04, min_bm25=1.0)
     assert found == {"strong", "close", "that day"}
     scores = {n: (0.5, {"lexical": 0.0, "vector": 0.5}) for n in ("strong", "weak", "graph hit", "graph miss", "nb")}
     scores["graph hit"] = (0.5, {"lexical": 2.0, "vector": 0.5, "graph": 0.1})   # shares a word with the question
@@ -95,7 +92,7 @@ def test_rows_are_read_only_for_what_may_be_shown():
     rows = {n: {"pinned": 0, "seq_from": i, "seq_to": i, "type": "event", "importance": 5, "weight": 1.0}
             for i, n in enumerate(fused)}
     scores = score_rows(fused, rows, rankings, length=100, skip_from=100, skip_before=0,
-                        settings=_settings(**{"recall.importance_weight": 0.15, "recall.recency_weight": 0.1}))
+                        importance_weight=0.15, recency_weight=0.1)
     lift_neighbours(scores, {"nb": "strong"}, 0.8)
     assert set(relevant(scores, found, 0.78)) <= set(wanted)
 
@@ -115,7 +112,7 @@ def _row(node_id, seq, *, source="heuristic"):
 
 
 def test_one_memory_per_message_and_ties_by_id(monkeypatch):
-    import stbme.pipeline.ranking as ranking
+    import stbme.recall.ranking as ranking
 
     monkeypatch.setattr(ranking, "node_from_row", lambda row: Node(id=row["id"], chat_id="c", type="event",
                                                                    fields={}, seq_from=row["seq_from"]))
@@ -152,7 +149,8 @@ async def test_a_question_about_a_day_finds_that_days_memories(sidecar):
     assert "[Mar 11]" in result["text"]  # the story date is shown
 
 
-async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar):
+async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar, monkeypatch):
+    monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange",))
     chat = [{"role": "user", "name": "Alex", "text": f"Small talk number {i} about nothing much."}
             if i % 2 == 0 else {"role": "assistant", "name": "Elena", "text": f"A plain answer, number {i}."}
             for i in range(40)]
@@ -188,7 +186,7 @@ async def test_the_graph_lifts_the_memories_of_a_less_common_name_of_the_first_h
     assert memories[rank[31]]["score_parts"]["graph"] > 0
 
 
-# Stage: the block shows a long memory by its answering sentences (pipeline/snippet.py)
+# Stage: the block shows a long memory by its answering sentences (recall/snippet.py)
 LONG_REPLY = (
     '*Elena tosses you an apple.* "Jory lent me the net needle. I\'m supposed to give it back tomorrow, so '
     'remind me." *Elena smiles despite herself, almost gently.* "If anyone asks, we were here all evening. '
@@ -221,9 +219,9 @@ async def test_the_block_shows_a_long_memory_by_its_answer_and_fits_more(sidecar
     assert "net needle" in whole
 
 
-# Stage: for a question about now, the memories that say the subject changed (pipeline/current.py)
+# Stage: for a question about now, the memories that say the subject changed (recall/current.py)
 def test_a_question_about_now_and_a_sentence_that_states_a_change():
-    from stbme.pipeline.current import asks_about_now, states_a_change
+    from stbme.recall.current import asks_about_now, states_a_change
     assert asks_about_now("Where is Mara living now?") and asks_about_now("江离如今的相好是谁？")
     assert asks_about_now("What does Harlan do for work these days?")
     assert not asks_about_now("Where did Mara live in the spring?") and not asks_about_now("江离以前跟谁好过？")
@@ -234,7 +232,7 @@ def test_a_question_about_now_and_a_sentence_that_states_a_change():
     assert not states_a_change("Mara is fine. Harlan moved to the quay.", ["mara"])  # the change is someone else's
 
 
-async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sidecar):
+async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sidecar, monkeypatch):
     chat = _quiet_chat(60)
     for i in (9, 15, 21):  # the old lodging, said more often and in the question's own words
         chat[i] = {"role": "assistant", "name": "Elena",
@@ -246,13 +244,13 @@ async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sid
     query = {"query": "Where is Mara living now?", "budget_tokens": 800}
     first = (await recall(sidecar, "c", query))["memories"][0]
     assert first["seq_range"][0] == 41 and first["score_parts"]["latest"] > 0
-    await sidecar.settings_service.update_global({"recall.latest_weight": 0})
+    monkeypatch.setattr(tuning, "LATEST_WEIGHT", 0.0)
     first = (await recall(sidecar, "c", query))["memories"][0]
     assert first["seq_range"][0] != 41  # without the stage the older, wordier memory wins
 
 
 def test_changes_said_in_words_the_recall_set_never_uses():
-    from stbme.pipeline.current import states_a_change
+    from stbme.recall.current import states_a_change
     # Phrasings written apart from the evaluation set's templates: every one states a change.
     changes = [("Mara's been bunking at the lighthouse ever since the fire.", "mara"),
                ("These days Tobin sleeps in the boathouse.", "tobin"),
@@ -265,3 +263,72 @@ def test_changes_said_in_words_the_recall_set_never_uses():
     steady = [("Mara rents the room above the tannery.", "mara"), ("Tobin likes the boathouse.", "tobin"),
               ("阿梨在回春堂当学徒。", "阿梨")]
     assert [t for t, subject in steady if states_a_change(t, [subject])] == []
+
+
+# Stage: a long input is searched by its parts with the chat's rarer words (recall/query.py)
+def test_a_long_input_is_searched_by_its_salient_windows_not_its_first_sentence():
+    from stbme.recall.query import LONG_WINDOWS, salient_windows
+
+    filler = " ".join(f"We talked about the weather and the road for a while, part {i}." for i in range(30))
+    pasted = filler + " Then Corvin said he buried the silver compass under the old mill."
+    plan = plan_query(pasted, [], now=WED, lang="en",
+                      weights=lambda text: {"corvin": 5.0, "compass": 5.0} if "Corvin" in text else {"weather": 0.1})
+    assert 1 < len(plan.parts) <= LONG_WINDOWS
+    assert any("silver compass" in part for part in plan.parts)   # the end of the paste is searched too
+    assert salient_windows("Short. Input.", None) == ["Short. Input."]
+
+
+# Stage: the messages next to a hit (recall/candidates.py, message_neighbours)
+async def test_the_same_speakers_next_message_comes_along_when_that_kind_is_on(sidecar, monkeypatch):
+    chat = _quiet_chat(40)
+    chat[20] = {"role": "user", "name": "Alex", "text": "I finally took up pottery last spring."}
+    chat[21] = {"role": "user", "name": "Alex", "text": "The classes are at the studio on Birch Street."}
+    chat[22] = {"role": "assistant", "name": "Elena", "text": "That sounds lovely."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    query = {"query": "When did Alex take up pottery?", "budget_tokens": 800}
+    monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange",))
+    seqs = {m["seq_range"][0] for m in (await recall(sidecar, "c", query))["memories"]}
+    assert 20 in seqs and 21 not in seqs   # the exchange rule: a user's next message starts another exchange
+    monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange", "next_same"))
+    seqs = {m["seq_range"][0] for m in (await recall(sidecar, "c", query))["memories"]}
+    assert {20, 21} <= seqs   # the continuation comes along with its first half
+
+
+async def test_a_write_between_recalls_is_seen_by_the_next_one(sidecar):
+    from conftest import create_node
+
+    await full_sync(sidecar, "c", _quiet_chat(20))
+    await settle(sidecar, "c")
+    first = await recall(sidecar, "c", {"query": "the tide", "budget_tokens": 800})
+    assert not any(m["type"] == "rule" for m in first["memories"])
+    rule = await create_node(sidecar, "c", {"type": "rule", "fields": {"title": "Magic", "constraint": "No magic exists here."}})
+    again = await recall(sidecar, "c", {"query": "the tide", "budget_tokens": 800})
+    assert rule["id"] in [m["id"] for m in again["memories"]]   # the chat's state was read again
+
+
+def test_a_read_path_constant_can_be_overridden_for_the_evaluation_only_by_name(monkeypatch):
+    import importlib
+
+    monkeypatch.setenv("STBME_RECALL_TUNING", '{"GRAPH_WEIGHT": 0, "NEIGHBOUR_KINDS": ["next_same"]}')
+    try:
+        module = importlib.reload(tuning)
+        assert module.GRAPH_WEIGHT == 0 and module.NEIGHBOUR_KINDS == ("next_same",)
+        monkeypatch.setenv("STBME_RECALL_TUNING", '{"NO_SUCH": 1}')
+        with pytest.raises(ValueError, match="NO_SUCH"):
+            importlib.reload(tuning)
+    finally:
+        monkeypatch.delenv("STBME_RECALL_TUNING")
+        importlib.reload(tuning)
+
+
+def test_an_input_that_names_nothing_rare_borrows_the_rarest_terms_of_the_turns_before():
+    from stbme.recall.query import rare_terms_of_recent
+
+    weights = {"导演": 1.0, "是谁": 0.5, "恋恋": 6.0, "笔记": 4.0, "电影": 0.8, "hobbies": 5.0, "kate": 1.0}
+    lookup = lambda text: {t: w for t, w in weights.items() if t in text.lower()}  # noqa: E731
+    assert rare_terms_of_recent("导演是谁呢？", ["知道恋恋笔记本这部电影吗？"], lookup)[:2] == ["恋恋", "笔记"]
+    assert rare_terms_of_recent("What are Kate's hobbies?", ["Kate said the 电影 was long."], lookup) == []
+    plan = plan_query("导演是谁呢？", ["知道恋恋笔记本这部电影吗？"], now=WED, lang="zh", weights=lookup,
+                      borrow_terms=True)
+    assert plan.borrowed_names and plan.reference.startswith("导演是谁呢")

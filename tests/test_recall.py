@@ -12,7 +12,8 @@ from conftest import create_node, full_sync, recall, settle, wait_for
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
 from stbme.index.lexical import LexicalCache, LexicalIndex, tokenize
-from stbme.pipeline.render import detect_language, render_block
+from stbme.language import detect_language
+from stbme.recall.render import render_block
 from stbme.tokens import count_tokens, truncate_to_tokens
 
 
@@ -59,7 +60,7 @@ def test_render_block_never_exceeds_budget(budget):
                                               for _ in range(rng.randint(3, 120))),
                           "name": f"N{i}", "title": "t", "constraint": "never lie"},
                   seq_from=i, seq_to=i) for i in range(40)]
-    text, placed = render_block(nodes, budget, "en")
+    text, placed, _ = render_block(nodes, budget, "en")
     assert count_tokens(text) <= budget
     assert (text == "") == (placed == [])
 
@@ -68,7 +69,7 @@ def test_render_sections_and_language():
     nodes = [Node(id="a", chat_id="c", type="rule", fields={"title": "No magic", "constraint": "Magic is gone"}),
              Node(id="b", chat_id="c", type="event", fields={"summary": "艾琳找到了钥匙", "speaker": "艾琳"},
                   seq_from=3, seq_to=3)]
-    text, _ = render_block(nodes, 500, "zh")
+    text, _, _ = render_block(nodes, 500, "zh")
     assert "## 规则与约束" in text and "## 过往事件" in text and "[楼 3] 艾琳: 艾琳找到了钥匙" in text
     assert detect_language(["艾琳找到了钥匙", "好的"]) == "zh"
     assert detect_language(["Elena found the key"]) == "en"
@@ -186,7 +187,7 @@ async def test_archived_memories_leave_recall_and_come_back(sidecar):
 
 
 def test_corrections_render_as_instructions():
-    from stbme.pipeline.render import render_line
+    from stbme.recall.render import render_line
 
     node = Node(id="a", chat_id="c", type="correction",
                 fields={"content": "no, her eyes are green, not blue", "wrong": "blue", "right": "green"})
@@ -196,7 +197,7 @@ def test_corrections_render_as_instructions():
 
 
 def test_an_event_shows_its_story_date_and_what_evolution_added():
-    from stbme.pipeline.render import render_line
+    from stbme.recall.render import render_line
 
     node = Node(id="a", chat_id="c", type="event", seq_from=7, seq_to=7,
                 fields={"summary": "Elena hides the key.", "speaker": "Elena",

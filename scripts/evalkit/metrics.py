@@ -152,3 +152,16 @@ def ablation_table(variants: dict[str, list[Outcome]]) -> str:
             f"{_fmt(s.directives_block)}"
         lines.append(row)
     return "\n".join(lines)
+
+
+def r10_table(systems: dict[str, list[Outcome]], categories: tuple[str, ...]) -> str:
+    """R@10 of every system (a row each) per group and category (a column each): the compact table for
+    comparing the product's variants with the baselines."""
+    keys = list(groups(next(iter(systems.values())), categories))
+    head = f"{'system':<44}|" + "|".join(f"{(g + ' ' + c)[:13]:>13}" for g, c in keys)
+    counts = f"{'n':<44}|" + "|".join(f"{len(v):>13}" for v in groups(next(iter(systems.values())), categories).values())
+    lines = [head, counts, "-" * len(head)]
+    for name, outs in systems.items():
+        grouped = groups(outs, categories)
+        lines.append(f"{name[:44]:<44}|" + "|".join(f"{_fmt(score(grouped.get(k, [])).recall[10]):>13}" for k in keys))
+    return "\n".join(lines)

@@ -68,7 +68,7 @@ def parse_settings(pairs) -> dict:
 class Server:
     """`stbme serve` on a free port with the given data dir and settings (JSON values)."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, object], log_path: Path):
+    def __init__(self, data_dir: Path, settings: dict[str, object], log_path: Path, env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "stbme", "serve", "--port", str(self.port), "--data-dir", str(data_dir),
@@ -77,7 +77,7 @@ class Server:
             args += ["--setting", name, json.dumps(value)]
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     async def wait_ready(self, session: aiohttp.ClientSession, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -165,7 +165,9 @@ class Client:
         await self.call("PUT", self.chat_url(chat_id, "/settings"), {"settings": values})
 
     async def wait_processed(self, lengths: dict[str, int], timeout: float = 7200.0) -> dict[str, dict]:
-        """Poll until every chat's messages have memories and every memory is embedded; progress on stderr."""
+        """Poll until every chat's messages have memories and every memory is embedded; progress on stderr.
+        `lengths`: per chat, how many messages get memories (user messages after the last reply wait for
+        one, as in SillyTavern: the product processes a chat after each assistant message)."""
         started = time.monotonic()
         while True:
             statuses = {c: await self.status(c) for c in lengths}

@@ -72,47 +72,20 @@ SETTINGS: tuple[Setting, ...] = (
       min=50, max=16000, per_chat=True),
     S("recall.max_memories", 12, "int", "Most recalled memories (evidence) in the block; pinned memories, rules, "
       "the synopsis and directives come on top, within the budget.", min=1, max=200, per_chat=True),
-    S("recall.candidates", 100, "int", "Candidates each list (keywords, vectors, per part of the question) "
-      "contributes to fusion; no threshold drops one before it.", min=5, max=500),
-    S("recall.vector_weight", 1.0, "float", "Weight of the vector ranking in reciprocal-rank fusion.", min=0, max=10),
-    S("recall.lexical_weight", 2.0, "float",
-      "Weight of the BM25 ranking in reciprocal-rank fusion (measured best at about 2).", min=0, max=10),
-    S("recall.time_weight", 3.0, "float", "Weight of the memories of the days a question names (\"on March 4\", "
-      "\"the day after the festival\", 六天前) in fusion; 0 = dates are not read.", min=0, max=20),
-    S("recall.latest_weight", 1.0, "float", "Weight of the memories that say the question's subject changed "
-      "(\"moved\", \"quit\", \"now\", 搬, 改, 不再), newest first, for a question about now (\"where does "
-      "she live now?\"): the last word beats what was true before.", min=0, max=10),
-    S("recall.graph_weight", 0.5, "float", "Weight of the memories reached through the names the first hits "
-      "involve (multi-hop questions) in fusion; 0 = off.", min=0, max=10),
-    S("recall.neighbour_share", 0.8, "float", "The message just before or after a strong hit rises to this "
-      "share of its score (an answer follows its question); 0 = off.", min=0, max=1),
     S("recall.directive_share", 0.2, "float", "Most of the budget the user's directives may take: they have "
       "their own section and never crowd out the recalled evidence.", min=0, max=1, per_chat=True),
     S("recall.line_tokens", 80, "int", "A recalled memory longer than this is shown in the block by its "
       "sentences that share the question's rarer words, each with the sentence after it (more memories fit); "
       "0 = whole texts.", min=0, max=4000, per_chat=True),
-    S("recall.importance_weight", 0.15, "float", "Weight of importance (0-10) in the final score.", min=0, max=5),
-    S("recall.recency_weight", 0.1, "float", "Weight of recency (message position) in the final score.", min=0, max=5),
-    S("recall.min_similarity", 0.78, "float",
-      "A memory that matches no word of the question and comes by vector similarity alone is shown only at "
-      "this cosine or above (applied after fusion: every candidate still counts in the ranking).", min=0, max=1),
-    S("recall.vector_margin", 0.04, "float",
-      "…and only when it beats the median similarity of the vector candidates by this much (e5 similarities "
-      "are high for everything; with nothing related in the chat, nothing is shown).", min=0, max=1),
-    S("recall.min_bm25", 1.0, "float",
-      "A memory found only by keywords is shown only at this BM25 score or above (one rare shared word is "
-      "about 2); memories of the days asked about and the neighbours of a hit are shown regardless.",
-      min=0, max=100),
-    S("recall.duplicate_similarity", 0.97, "float",
-      "A memory this similar (cosine) to a better-ranked one is left out as a near-duplicate.", min=0.5, max=1),
     S("recall.query_cleanup", True, "bool", "Search with the user's input without its roleplay actions "
       "(*I sit down.*), split into its parts when it asks several things.", per_chat=True),
-    S("recall.recent_turns", 1, "int", "Recent turns read to resolve a reference in the input (\"what did she "
+    S("recall.recent_turns", 3, "int", "Recent turns read to resolve a reference in the input (\"what did she "
       "say about it?\" borrows the names of the last turn); they are never searched themselves.",
       min=0, max=20),
-    S("recall.max_query_tokens", 256, "int",
-      "Longest recall query (and recent turn) embedded and searched, in tokens: only the end of a longer one is "
-      "used (the embedding model's cost grows with its input, up to 512 tokens).", min=16, max=100000),
+    S("recall.max_query_tokens", 2048, "int",
+      "Longest recall input (and recent turn) read, in tokens: only the end of a longer one is used. A long "
+      "input is searched by its parts with the chat's rarer words (at most four of about 64 tokens each), so "
+      "a pasted scene keeps what it says.", min=16, max=100000),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
     S("recall.in_prompt_tokens", 1000, "int",

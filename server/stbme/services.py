@@ -149,4 +149,5 @@ class Services:
             await self.authority.close()
         await self.embedding.close()
         await self.memory_llm.close()
+        self.recall.close()   # the counted injections, queued before the store drains its writes
         self.store.close()

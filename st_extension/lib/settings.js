@@ -230,7 +230,7 @@ function stepFor(min, max) {
 }
 
 /**
- * A setting's label: its words from SETTING_LABELS, else 'recall.min_similarity' -> 'Min similarity'.
+ * A setting's label: its words from SETTING_LABELS, else 'recall.directive_share' -> 'Directive share'.
  * @param {string} name
  */
 export function labelFor(name) {

@@ -1,6 +1,6 @@
 """Memory dynamics (DNA Memory): weight, decay, archiving and the working -> short-term -> long-term layers.
 
-Every memory has a weight (0-1). Recall reinforces what it injects (+0.1, see pipeline/recall.py); a
+Every memory has a weight (0-1). Recall reinforces what it injects (+0.1, see recall/read_path.py); a
 decay pass lowers the weight of memories unused for more than `decay_days`, by `decay_rate` per day since
 the chat's previous pass, for the memories the strategy's draw picks; under `forget_threshold` a memory is
 archived, never deleted. Reflection consolidates the layers. Pinned and locked memories and rules are

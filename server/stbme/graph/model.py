@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from .attribution import attributed_text
 from .schema import NODE_TYPES, TEXT_FIELD_ORDER
 
 
@@ -155,13 +156,20 @@ def field_text(value: Any) -> str:
 
 
 def node_text(fields: dict[str, Any]) -> str:
-    """The text a node is embedded and searched by: known fields in ST-BME's order, then the rest."""
+    """The text a node is embedded and searched by: known fields in ST-BME's order, then the rest. A
+    message's memory (it has a speaker) reads "Speaker: what they said" (graph/attribution.py); its
+    participants are the speaker and names its text already holds, so they are not repeated."""
     parts = []
     seen = set()
+    speaker = field_text(fields.get("speaker"))
     for key in TEXT_FIELD_ORDER:
         if key in fields:
             seen.add(key)
             text = field_text(fields[key])
+            if key == "summary" and speaker and text:
+                text = attributed_text(speaker, text)
+            elif key == "participants" and speaker:
+                continue
             if text:
                 parts.append(text if key in ("summary", "insight", "content") else f"{key}: {text}")
     for key, value in fields.items():

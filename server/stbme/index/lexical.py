@@ -241,7 +241,7 @@ class LexicalIndex:
 
 
 _LEXICAL_COLUMNS = "id, fields, tags, archived, rev"
-SAVE_VERSION = 1
+SAVE_VERSION = 2   # 2: memories of messages are indexed as "Speaker: text" (migration m012)
 
 
 def _doc_text(row) -> str:

@@ -158,8 +158,13 @@ def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None)
     if row is None:
         return None
     start = row["processed_upto"] + 1
-    messages = load_messages(conn, chat_id, start, start + MAX_BATCH_MESSAGES * 4)
+    window = MAX_BATCH_MESSAGES * 4
+    messages = load_messages(conn, chat_id, start, start + window)
     end = end_fn(messages, every) if end_fn else batch_end(messages, every)
+    if end is None and len(messages) > window:
+        # A whole window of user messages and no reply (an imported two-person chat, a long monologue): they
+        # are processed in batches of their own rather than wait for a reply forever.
+        end = messages[MAX_BATCH_MESSAGES - 1].index
     if end is None:
         return None
     total = message_count(conn, chat_id)

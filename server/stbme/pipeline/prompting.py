@@ -21,7 +21,7 @@ from ..llm.prompts import system_prompt
 from ..store import Store
 from ..store.queries import nodes_by_ids
 from .batch import BaseStage, BatchContext
-from .render import detect_language
+from ..language import detect_language
 
 log = logging.getLogger("stbme.llm")
 _KEY = re.compile(r"^\[?\s*([A-Za-z]+)\s*[-_]?\s*(\d+)\s*\]?$")

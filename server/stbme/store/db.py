@@ -43,6 +43,8 @@ class Store:
         self._migrations = migrations
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
+        # Transactions committed so far: a reader's cached answer holds while this number is the same.
+        self.write_seq = 0
         self._local = threading.local()
         self._readers = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="stbme-read")
         self._reader_conns: list[sqlite3.Connection] = []
@@ -89,6 +91,8 @@ class Store:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+                finally:
+                    self.write_seq += 1   # also after a rollback: nothing cached can be trusted less for it
             except BaseException as exc:
                 self._resolve(future, loop, exc=exc)
             else:
@@ -170,6 +174,15 @@ class Store:
         if self._closed:
             raise StoreClosed("the store is closed")
         return await asyncio.get_running_loop().run_in_executor(self._readers, self._run_read, fn)
+
+    def read_inline(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run fn(conn) on the calling thread's own read-only connection: no hand-off to a reader thread.
+        For the few short, index-served reads on a latency-critical path (a recall's), where waking a
+        reader thread and waiting for it cost more than the read, most of all when other programs keep the
+        CPU busy; anything that may scan goes through read()."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return self._run_read(fn)
 
     def read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:

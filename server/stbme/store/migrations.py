@@ -340,6 +340,16 @@ def m008_one_extract_every(conn: sqlite3.Connection) -> None:
                      (scope, json.dumps(value)))
 
 
+@migration
+def m012_speaker_text(conn: sqlite3.Connection) -> None:
+    """A message's memory is now searched and embedded as "Speaker: text" (graph/attribution.py): the
+    vectors of those stored before are marked as not the current embedder's, so the background embedding
+    pass (housekeeping, newest messages first) embeds them again; until then keyword search finds them.
+    The saved keyword indexes are rebuilt on load (index/lexical.SAVE_VERSION 2)."""
+    conn.execute("UPDATE nodes SET embedder = NULL WHERE type = 'event' AND embedding IS NOT NULL"
+                 " AND json_extract(fields, '$.speaker') IS NOT NULL")
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(

@@ -7,8 +7,9 @@ import dataclasses
 from .. import config
 from ..embed import EmbeddingService
 from ..index import ChatIndexes
-from ..pipeline.recall import RecallQuery, recall
-from ..pipeline.rerank import rerank
+from ..recall.read_path import ChatStates, RecallQuery, recall
+from ..recall.reinforce import Reinforcement
+from ..recall.rerank import rerank
 from ..store import Store
 from ..store.queries import chat_row
 from .memory_llm import MemoryLLM
@@ -33,9 +34,16 @@ class Recall:
         self.indexes = indexes
         self.memory_llm = memory_llm
         self._known_chats: set[str] = set()   # chats known to exist: skips a reader round trip per recall
+        self.states = ChatStates(store)
+        self.reinforcement = Reinforcement(store)
 
     def forget_chat(self, chat_id: str) -> None:
         self._known_chats.discard(chat_id)
+        self.states.forget(chat_id)
+
+    def close(self) -> None:
+        """Write the injections counted since the last write."""
+        self.reinforcement.close()
 
     async def recall(self, chat_id: str, req: RecallRequest) -> dict:
         setting = lambda name: self.settings.get(name, chat_id)  # noqa: E731
@@ -53,4 +61,5 @@ class Recall:
                 return await rerank(client, result, query=text, recent=recent_texts, max_memories=limit,
                                     setting=setting)
         return await recall(store=self.store, embeddings=self.embeddings, indexes=self.indexes, chat_id=chat_id,
-                            q=RecallQuery(req.query, req.recent, budget, limit), settings=setting, reranker=reranker)
+                            q=RecallQuery(req.query, req.recent, budget, limit), settings=setting, reranker=reranker,
+                            states=self.states, reinforcement=self.reinforcement)

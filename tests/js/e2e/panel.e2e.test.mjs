@@ -52,14 +52,14 @@ test('the panel renders the sidecar schema: a short basic view, the rest under A
         const shown = await page.$$eval('#stbme_sidecar_settings .stbme_basic > .stbme_field:not([hidden])', els => els.map(e => e.dataset.setting));
         for (const name of shown) assert.ok(await page.isVisible(`.stbme_field[data-setting="${name}"]`), `${name} is visible`);
         assert.equal(await page.$eval('details.stbme_advanced', d => d.open), false, 'Advanced starts closed');
-        assert.equal(await page.isVisible('.stbme_field[data-setting="recall.min_similarity"]'), false);
+        assert.equal(await page.isVisible('.stbme_field[data-setting="recall.directive_share"]'), false);
         assert.equal(await page.$$eval('#stbme_sidecar_settings .stbme_field', els => els.length), schema.length, 'every setting once');
         await page.click('details.stbme_advanced > summary');
         const groups = await page.$$eval('details.stbme_advanced details.stbme_group', ds => ds.map(d => ({ group: d.dataset.group, open: d.open })));
         assert.ok(groups.length >= 5, JSON.stringify(groups));
         assert.ok(groups.every(g => !g.open), 'groups under Advanced start closed');
         await page.click('details.stbme_group[data-group="recall"] > summary');
-        await page.waitForSelector('.stbme_field[data-setting="recall.min_similarity"]', { state: 'visible' });
+        await page.waitForSelector('.stbme_field[data-setting="recall.directive_share"]', { state: 'visible' });
 
         // Selects show words; the stored value stays the raw one.
         const position = await page.$eval('.stbme_field[data-setting="inject.position"] select', el => ({

@@ -5,19 +5,19 @@ normalised so 1.0 is "first in every list"; a little importance and recency; the
 unused fades in rank before it is ever forgotten). Then:
 - the message before or after a strong hit rises to a share of its score (an answer follows its question);
 - one memory per message: the chunks of a long message are one piece of evidence, its best chunk speaks for it;
-- near-duplicates (cosine >= recall.duplicate_similarity) give way to the better one;
+- near-duplicates (cosine >= tuning.DUPLICATE_SIMILARITY) give way to the better one;
 - ties break by node id, so a ranking never depends on insertion order.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 import numpy as np
 import orjson
 
 from ..graph.model import Node, node_from_row
+from . import tuning
 from .candidates import Ranking
 from .render import has_content
 
@@ -49,11 +49,13 @@ def _has_content(row) -> bool:
 
 
 def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, length: int,
-               skip_from: float, skip_before: int, settings: Callable[[str], object]) -> dict[str, tuple[float, dict]]:
+               skip_from: float, skip_before: int, importance_weight: float | None = None,
+               recency_weight: float | None = None) -> dict[str, tuple[float, dict]]:
     """The final score of each fused candidate that may be shown: (score, parts). Memories still in the prompt
     (the last messages, the greeting while the chat is short) and core memories (they have their own
     place in the block) are left out."""
-    w_imp, w_rec = settings("recall.importance_weight"), settings("recall.recency_weight")
+    w_imp = tuning.IMPORTANCE_WEIGHT if importance_weight is None else importance_weight
+    w_rec = tuning.RECENCY_WEIGHT if recency_weight is None else recency_weight
 
     def recency(seq_to) -> float:
         if seq_to is None or length == 0:
@@ -82,16 +84,18 @@ def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, 
     return out
 
 
-def found_by_search(rankings: list[Ranking], settings) -> set[str]:
+def found_by_search(rankings: list[Ranking], *, min_similarity: float | None = None,
+                    vector_margin: float | None = None, min_bm25: float | None = None) -> set[str]:
     """The memories the question itself finds: one that shares no word with it and comes by vector alone
     must stand out from the vector candidates; one found by keywords alone needs more than a common word;
     a memory of the days asked about counts as found. Graph and neighbour candidates grow only from these,
     so a question about nothing in the story recalls nothing."""
     vector_sims = [v for r in rankings if r.name.startswith("vec") for v in r.scores.values()]
-    floor = settings("recall.min_similarity")
+    floor = tuning.MIN_SIMILARITY if min_similarity is None else min_similarity
+    margin = tuning.VECTOR_MARGIN if vector_margin is None else vector_margin
+    min_bm25 = tuning.MIN_BM25 if min_bm25 is None else min_bm25
     if len(vector_sims) >= 5:
-        floor = max(floor, float(np.median(vector_sims)) + settings("recall.vector_margin"))
-    min_bm25 = settings("recall.min_bm25")
+        floor = max(floor, float(np.median(vector_sims)) + margin)
     found: set[str] = set()
     for r in rankings:
         if r.name == "time":
@@ -103,14 +107,19 @@ def found_by_search(rankings: list[Ranking], settings) -> set[str]:
     return found
 
 
-def relevant(scores: dict[str, tuple[float, dict]], found: set[str], min_similarity: float) -> dict:
-    """What may be shown: what the search found; the neighbours grown from it; the memories the graph reached
-    from it that touch the question's topic at all (a word in common, or a vector above the plain floor)."""
+def relevant(scores: dict[str, tuple[float, dict]], found: set[str], min_similarity: float,
+             neighbours=()) -> dict:
+    """What may be shown: what the search found; the neighbours grown from it (lifted or not: one that scores
+    above its share already is shown too); the memories the graph reached from it that touch the question's
+    topic at all (a word in common, or a vector above the plain floor)."""
+    neighbours = set(neighbours)
+
     def topical(parts) -> bool:
         return parts["lexical"] > 0 or parts["vector"] >= min_similarity
 
     return {node_id: value for node_id, value in scores.items()
-            if node_id in found or value[1].get("neighbour") or (value[1].get("graph") and topical(value[1]))}
+            if node_id in found or node_id in neighbours or value[1].get("neighbour")
+            or (value[1].get("graph") and topical(value[1]))}
 
 
 def may_show(candidates, found: set[str], neighbour_of: dict[str, str], graph_members, rankings: list[Ranking],
@@ -143,36 +152,34 @@ def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[st
 
 def order(scores: dict[str, tuple[float, dict]], rows: dict, *, limit: int, vectors=None,
           duplicate_similarity: float = 1.0) -> list[Scored]:
-    """Best first, one memory per message (the per-message memories), near-duplicates left out."""
+    """Best first, one memory per message (the per-message memories), a near-duplicate of one already
+    chosen (cosine >= duplicate_similarity) left out; stops at `limit`. Vectors (`vectors(ids)` -> {id:
+    vector}) are read only for what may be shown, a few at a time, and a memory becomes a Node only once
+    it is chosen."""
     ids = sorted(scores, key=lambda n: (-scores[n][0], n))
+    dedupe = vectors is not None and duplicate_similarity < 1.0
     chosen: list[Scored] = []
+    kept: list[np.ndarray] = []
+    known: dict[str, np.ndarray] = {}
+    asked: set[str] = set()
     messages_taken: set[int] = set()
-    for node_id in ids:
+    for i, node_id in enumerate(ids):
         row = rows[node_id]
         if row["type"] == "event" and row["source"] == "heuristic" and row["seq_from"] is not None:
             if row["seq_from"] in messages_taken:
                 continue
             messages_taken.add(row["seq_from"])
+        if dedupe:
+            if node_id not in asked:
+                batch = [n for n in ids[i:i + limit + 4] if n not in asked]
+                asked.update(batch)
+                known.update(vectors(batch) or {})
+            vec = known.get(node_id)
+            if vec is not None:
+                if kept and float(np.max(np.asarray(kept) @ vec)) >= duplicate_similarity:
+                    continue
+                kept.append(vec)
         chosen.append(Scored(node_from_row(row), *scores[node_id]))
-        if len(chosen) >= limit * 2:
+        if len(chosen) >= limit:
             break
-    if vectors is not None and duplicate_similarity < 1.0:
-        chosen = drop_near_duplicates(chosen, vectors, duplicate_similarity)
-    return chosen[:limit]
-
-
-def drop_near_duplicates(scored: list[Scored], vectors, threshold: float) -> list[Scored]:
-    """Greedy diversity: skip a memory almost identical (cosine >= threshold) to a better one kept."""
-    ids = [s.node.id for s in scored]
-    matrix = vectors(ids)
-    if matrix is None:
-        return scored
-    kept, kept_rows = [], []
-    for item in scored:
-        row = matrix.get(item.node.id)
-        if row is not None and kept_rows and float(np.max(np.asarray(kept_rows) @ row)) >= threshold:
-            continue
-        kept.append(item)
-        if row is not None:
-            kept_rows.append(row)
-    return kept
+    return chosen

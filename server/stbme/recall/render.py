@@ -9,7 +9,6 @@ same memories always render to the same text (a provider's prompt cache can hold
 from __future__ import annotations
 
 import functools
-import re
 
 import datetime as dt
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from ..graph.model import Node, field_text
 from ..graph.schema import NODE_TYPES
 from ..tokens import count_tokens, fit_tokens
 from .snippet import focus
-from .timeline import format_story_date
+from ..pipeline.timeline import format_story_date
 
 # Pinned memories first (the user chose them), then the user's directives and the story's rules.
 SECTION_ORDER = ("pinned", "directives", "rules", "state", "episodic", "reflective", "other")
@@ -46,16 +45,7 @@ HEADINGS = {
         "message": "楼",
     },
 }
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _HIDDEN_FIELDS = {"speaker", "participants"}
-
-
-def detect_language(texts: list[str]) -> str:
-    """'zh' when CJK characters make up a good share of the letters, else 'en'."""
-    sample = " ".join(texts)[:4000]
-    letters = sum(ch.isalpha() for ch in sample)
-    cjk = len(_CJK.findall(sample))
-    return "zh" if letters and cjk / letters > 0.2 else "en"
 
 
 def section_of(node: Node) -> str:
@@ -78,19 +68,37 @@ def render_line(node: Node, lang: str, today: dt.date | None = None,
                 shorten: Callable[[str], str] | None = None) -> str:
     """One memory as a bullet line; an event says when it happened (its story date, else its message).
     `shorten` gives the part of a long event text to show (snippet.focus)."""
-    f = node.fields
+    return "".join(line_pieces(node, lang, today, shorten))
+
+
+def line_pieces(node: Node, lang: str, today: dt.date | None = None,
+                shorten: Callable[[str], str] | None = None) -> list[str]:
+    """A memory's line in pieces that recur across recalls (the date and speaker prefix, the text), so its
+    token count is the sum of counts remembered from before (tokens.count_tokens)."""
     if node.type == "event":
-        day = story_day(node)
-        if day is not None:
-            where = f"[{format_story_date(day, lang, today)}] "
-        else:
-            where = f"[{HEADINGS[lang]['message']} {node.seq_from}] " if node.seq_from is not None else ""
-        speaker = f"{f['speaker']}: " if f.get("speaker") else ""
-        summary = field_text(f.get("summary"))
-        body = field_text(f.get("title")) + (" — " if f.get("title") else "") + (
-            shorten(summary) if shorten else summary)
-        context = field_text(f.get("context"))  # what A-MEM evolution learnt about it since
-        return f"- {where}{speaker}{body}".strip() + (f" ({context})" if context else "")
+        head, body = _event_line(node, lang, today, shorten)
+        return [head, body] if body else [head.rstrip()]
+    return [_other_line(node, lang)]
+
+
+def _event_line(node: Node, lang: str, today: dt.date | None, shorten) -> tuple[str, str]:
+    f = node.fields
+    day = story_day(node)
+    if day is not None:
+        where = f"[{format_story_date(day, lang, today)}] "
+    else:
+        where = f"[{HEADINGS[lang]['message']} {node.seq_from}] " if node.seq_from is not None else ""
+    speaker = f"{f['speaker']}: " if f.get("speaker") else ""
+    summary = field_text(f.get("summary"))
+    body = field_text(f.get("title")) + (" — " if f.get("title") else "") + (
+        shorten(summary) if shorten else summary)
+    context = field_text(f.get("context"))  # what A-MEM evolution learnt about it since
+    body = body.strip() + (f" ({context})" if context else "")
+    return f"- {where}{speaker}", body
+
+
+def _other_line(node: Node, lang: str) -> str:
+    f = node.fields
     if node.type == "correction" and f.get("right"):  # the user's words, then what to use instead of what
         right, wrong = field_text(f["right"]), field_text(f.get("wrong"))
         if lang == "zh":
@@ -122,11 +130,16 @@ def has_content(fields: dict) -> bool:
 
 def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: list[Node] = (),
                  directive_share: float = 1.0, today: dt.date | None = None,
-                 query_weights: dict[str, float] | None = None, line_tokens: int = 0) -> tuple[str, list[Node]]:
+                 query_weights: dict[str, float] | None = None,
+                 line_tokens: int = 0) -> tuple[str, list[Node], int]:
     """Fit memories into the budget: `nodes` (the core: pinned, rules, synopsis, directives) first, directives
     within `directive_share` of the budget and each text once, then `evidence` in rank order, an evidence
     text over `line_tokens` shown by its sentences that share the query's words (`query_weights`, term ->
-    weight). Returns the text and the memories it holds."""
+    weight). Returns the text, the memories it holds and its token count.
+
+    A line's cost is the sum of its pieces' counts (the same prefixes and texts come back in every recall,
+    and their counts are remembered); the joined block is counted once, exactly, and never exceeds the
+    budget."""
     h = HEADINGS[lang]
     line_cap = max(40, budget_tokens // 3)
     chosen: list[tuple[Node, str]] = []
@@ -138,7 +151,10 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
     shorten = (lambda text: focus(text, query_weights, line_tokens)) if query_weights and line_tokens else None
     # Only evidence is shortened: the core (pinned, rules, directives) is always shown whole.
     for node, node_shorten in [*((n, None) for n in nodes), *((n, shorten) for n in evidence)]:
-        line, tokens = fit_tokens(render_line(node, lang, today, node_shorten), line_cap)
+        pieces = line_pieces(node, lang, today, node_shorten)
+        line, tokens = "".join(pieces), sum(count_tokens(p) for p in pieces)
+        if tokens > line_cap:
+            line, tokens = fit_tokens(line, line_cap)
         section = section_of(node)
         cost = tokens + 1
         if section not in sections_used:
@@ -155,10 +171,11 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
         used += cost
     while chosen:
         text = _assemble(chosen, h)
-        if count_tokens(text) <= budget_tokens:
-            return text, [n for n, _ in chosen]
+        tokens = count_tokens(text)
+        if tokens <= budget_tokens:
+            return text, [n for n, _ in chosen], tokens
         chosen.pop()  # token counts of joined text can differ by a few from the sum of parts
-    return "", []
+    return "", [], 0
 
 
 def _assemble(chosen: list[tuple[Node, str]], h: dict) -> str:

@@ -13,10 +13,18 @@ import datetime as dt
 import re
 from typing import Callable
 
-from .heuristic import candidate_names
-from .timeline import QueryTime, query_time
+from ..pipeline.heuristic import candidate_names, split_chunks
+from ..pipeline.timeline import QueryTime, query_time
+from ..tokens import count_tokens
 
 MAX_PARTS = 3
+# A long input (a long message, pasted history) is searched by its windows of sentences, not as one blob
+# whose vector says little and whose first part would crowd out the rest: the windows with the most of
+# the chat's rarer words, at most LONG_WINDOWS of about WINDOW_TOKENS each, in the input's order.
+LONG_INPUT_TOKENS = 96
+WINDOW_TOKENS = 64
+LONG_WINDOWS = 4
+BORROWED_TERMS = 3   # rare terms of the recent turns an input that names nothing leans on
 MIN_CLEAN_CHARS = 6                      # an input that is only an action keeps its action
 _ACTION = re.compile(r"\*[^*\n]{1,600}\*|（[^（）\n]{1,200}）(?=\s*[“\"「])")
 _QUOTES = re.compile(r"[\"“”「」『』]")
@@ -57,6 +65,20 @@ def split_parts(text: str) -> list[str]:
     return parts[:MAX_PARTS] if len(parts) > 1 else [text]
 
 
+def salient_windows(text: str, weights: Callable[[str], dict[str, float]] | None) -> list[str]:
+    """The windows of a long input that carry most of what it says: by the summed weight of their terms in
+    the chat (`weights(text)`: term -> idf), at most LONG_WINDOWS, in the input's order; without weights,
+    its last windows (the newest lines of pasted history)."""
+    pieces = split_chunks(text, WINDOW_TOKENS)   # consecutive sentences, about WINDOW_TOKENS each
+    if len(pieces) <= LONG_WINDOWS:
+        return pieces
+    if weights is None:
+        return pieces[-LONG_WINDOWS:]
+    mass = [sum(weights(piece).values()) for piece in pieces]
+    best = sorted(range(len(pieces)), key=lambda i: (-mass[i], -i))[:LONG_WINDOWS]
+    return [pieces[i] for i in sorted(best)]
+
+
 def refers_back(text: str) -> bool:
     """Does the input lean on something said before (a pronoun, 'there', 那里) and name nobody itself?"""
     words = {w.lower() for w in re.findall(r"[A-Za-z']+", text)}
@@ -65,13 +87,33 @@ def refers_back(text: str) -> bool:
     return any(p in text for p in _PRONOUNS_ZH) and not candidate_names(text)
 
 
+def rare_terms_of_recent(cleaned: str, recent: list[str], weights: Callable[[str], dict[str, float]]) -> list[str]:
+    """For an input that names nothing as rare as the turns before it do ("导演是谁呢？" after three turns about
+    《恋恋笔记本》, "and what did he do then?"): the rarest terms of those turns, which it leans on."""
+    own = weights(cleaned)
+    theirs: dict[str, float] = {}
+    for turn in recent:
+        for term, weight in weights(clean_input(turn)).items():
+            theirs[term] = max(weight, theirs.get(term, 0.0))
+    top = [t for t in sorted(theirs, key=lambda t: (-theirs[t], t)) if t not in own][:BORROWED_TERMS]
+    if not top or theirs[top[0]] <= max(own.values(), default=0.0):
+        return []   # the input names something as rare itself: it needs nothing borrowed
+    return top
+
+
 def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
-               find_anchor: Callable[[str], dt.date | None] | None = None) -> QueryPlan:
-    """What to search for `text` (the user's new input); `recent` are the last turns, newest first."""
+               find_anchor: Callable[[str], dt.date | None] | None = None,
+               weights: Callable[[str], dict[str, float]] | None = None, borrow_terms: bool = False) -> QueryPlan:
+    """What to search for `text` (the user's new input); `recent` are the last turns, newest first;
+    `weights(text)` gives its terms' weight in the chat (for a long input's salient parts, and with
+    `borrow_terms` for the rare terms of the recent turns an input leans on)."""
     cleaned = clean_input(text)
     borrowed: list[str] = []
     if cleaned and recent and refers_back(cleaned):
         borrowed = sorted(candidate_names(clean_input(recent[0])))[:3]
+    if cleaned and recent and not borrowed and borrow_terms and weights is not None:
+        borrowed = rare_terms_of_recent(cleaned, recent, weights)
     when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
     topic = when.topic if when is not None and when.topic.strip() else cleaned
-    return QueryPlan(cleaned, split_parts(topic), topic, when, borrowed)
+    parts = salient_windows(topic, weights) if count_tokens(topic) > LONG_INPUT_TOKENS else split_parts(topic)
+    return QueryPlan(cleaned, parts or [topic], topic, when, borrowed)

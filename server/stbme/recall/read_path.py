@@ -1,12 +1,12 @@
 """Recall: the read path, from the user's new input to the memory block injected before a generation.
 
-1. The query (pipeline/query.py): the input without its roleplay actions, split into its parts, the time it
+1. The query (recall/query.py): the input without its roleplay actions, split into its parts, the time it
    asks about read apart; recent turns only lend names when the input refers back to them.
-2. Candidates (pipeline/candidates.py): keywords and vectors per part, the memories of the days it names,
+2. Candidates (recall/candidates.py): keywords and vectors per part, the memories of the days it names,
    the memories of the less common names the first hits involve, the messages around the best hits.
-3. Fusion and order (pipeline/ranking.py): weighted reciprocal-rank fusion, one memory per message,
+3. Fusion and order (recall/ranking.py): weighted reciprocal-rank fusion, one memory per message,
    near-duplicates out, ties by node id.
-4. The block (pipeline/render.py): pinned memories, rules and the synopsis, directives within their share,
+4. The block (recall/render.py): pinned memories, rules and the synopsis, directives within their share,
    then the evidence while it fits the token budget; story dates on past events.
 Memories of messages still in the prompt (the last messages, a short chat's greeting) are not recalled.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import time
 
 import numpy as np
@@ -24,17 +25,19 @@ from ..embed import EmbedError, EmbeddingService
 from ..graph.model import NODE_COLUMNS, node_from_row, node_text
 from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
-from ..policy import REINFORCE_STEP
 from ..store import Store
 from ..store.queries import latest_send_date, message_count, nodes_by_ids
 from ..tokens import count_tokens, last_tokens
-from .candidates import Ranking, anchor_day, exchange_neighbours, graph_members, graph_ranking, time_ranking
+from . import tuning
+from .candidates import Ranking, anchor_day, graph_members, graph_ranking, message_neighbours, time_ranking
 from .current import asks_about_now, latest_ranking
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, may_show, order,
                       relevant, score_rows)
-from .render import detect_language, render_block
-from .timeline import parse_send_date
+from ..language import detect_language
+from .reinforce import Reinforcement
+from .render import render_block
+from ..pipeline.timeline import parse_send_date
 
 CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
 REFERENCE_SHARE = 0.5  # weight of the keyword list with names borrowed from the last turn, of the input's
@@ -70,59 +73,140 @@ def greeting_in_prompt(conn, chat_id: str, tokens: int) -> int:
     return length if greeting is None else greeting  # no user message yet: it is all greeting
 
 
-def _chat_state(conn, chat_id: str, prompt_tokens: int):
-    """The core memories (pinned, rules, synopsis, directives), the chat's length, its latest day and how
-    many greeting messages are in the prompt. Two index-served queries for the core, not one with OR."""
+@dataclasses.dataclass
+class ChatState:
+    """What a recall needs of the chat before it searches: its core memories (pinned, rules, synopsis,
+    directives: shown first), its length, its latest day (what "yesterday" means) and how many greeting
+    messages are in the prompt."""
+    core: list[Scored]
+    length: int
+    now: dt.date | None
+    greeting: int
+
+
+def read_chat_state(conn, chat_id: str, prompt_tokens: int) -> ChatState:
+    """The chat's state (a read). Two index-served queries for the core, not one with OR."""
     core = conn.execute(
         f"SELECT {_COLUMNS} FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
         f" ({','.join('?' * len(CORE_TYPES))}) UNION SELECT {_COLUMNS} FROM nodes WHERE chat_id = ?"
         " AND pinned = 1 AND archived = 0", (chat_id, *CORE_TYPES, chat_id)).fetchall()
-    return (core, message_count(conn, chat_id), parse_send_date(latest_send_date(conn, chat_id)),
-            greeting_in_prompt(conn, chat_id, prompt_tokens))
+    return ChatState(_core(core), message_count(conn, chat_id), parse_send_date(latest_send_date(conn, chat_id)),
+                     greeting_in_prompt(conn, chat_id, prompt_tokens))
+
+
+class ChatStates:
+    """The chats' states, read again only after the store has written anything (Store.write_seq): between
+    writes, a recall's one read is the read around its hits."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._states: dict[tuple[str, int], tuple[int, ChatState]] = {}
+
+    def cached(self, chat_id: str, prompt_tokens: int) -> ChatState | None:
+        hit = self._states.get((chat_id, prompt_tokens))
+        return hit[1] if hit is not None and hit[0] == self.store.write_seq else None
+
+    async def read(self, chat_id: str, prompt_tokens: int) -> ChatState:
+        seq = self.store.write_seq   # before the read: a write during it makes the next recall read again
+        state = self.store.read_inline(lambda conn: read_chat_state(conn, chat_id, prompt_tokens))
+        if len(self._states) > 256:
+            self._states.clear()
+        self._states[(chat_id, prompt_tokens)] = (seq, state)
+        return state
+
+    def forget(self, chat_id: str) -> None:
+        self._states = {k: v for k, v in self._states.items() if k[0] != chat_id}
+
+
+def _recent_texts(q: RecallQuery, settings) -> list[str]:
+    turns = settings("recall.recent_turns")
+    return [str(m.get("text") or "") for m in reversed(q.recent[-turns:])
+            if str(m.get("text") or "").strip()] if turns else []
+
+
+def _input_text(q: RecallQuery, recent: list[str]) -> str:
+    return q.query if q.query.strip() else (recent[0] if recent else "")  # continue/regenerate: the last turn
 
 
 async def _plan(q: RecallQuery, settings, *, now, store: Store, chat_id: str, lexical) -> QueryPlan:
-    recent = [str(m.get("text") or "") for m in reversed(q.recent[-settings("recall.recent_turns"):])
-              if str(m.get("text") or "").strip()] if settings("recall.recent_turns") else []
-    text = q.query if q.query.strip() else (recent[0] if recent else "")  # continue/regenerate: the last turn
+    recent = _recent_texts(q, settings)
+    text = _input_text(q, recent)
     if not settings("recall.query_cleanup"):
         return QueryPlan(text, [text], text)
     lang = detect_language([text])
-    plan = plan_query(text, recent, now=now, lang=lang)
+    plan = plan_query(text, recent, now=now, lang=lang, weights=lexical.term_weights,
+                      borrow_terms=tuning.BORROW_RARE_TERMS)
     when = plan.time
     if when is not None and when.kind == "anchor" and when.span is None and when.anchor:
         day = await anchor_day(store, chat_id, lexical, when.anchor)  # "the day after the festival": which day?
         if day is not None:
-            plan = plan_query(text, recent, now=now, lang=lang, find_anchor=lambda _phrase: day)
+            plan = plan_query(text, recent, now=now, lang=lang, find_anchor=lambda _phrase: day,
+                              weights=lexical.term_weights, borrow_terms=tuning.BORROW_RARE_TERMS)
     return plan
 
 
+async def _embed_parts(embeddings: EmbeddingService, parts: list[str], max_tokens: int) -> list[np.ndarray]:
+    return list(await asyncio.gather(*(embeddings.embed_query(last_tokens(part, max_tokens)) for part in parts)))
+
+
+def plan_query_draft(q: RecallQuery, settings, lexical) -> list[str]:
+    """The parts of the input to embed before the chat's latest day is known (today stands in for it)."""
+    recent = _recent_texts(q, settings)
+    text = _input_text(q, recent)
+    if not settings("recall.query_cleanup"):
+        return [text]
+    return plan_query(text, recent, now=dt.date.today(), lang=detect_language([text]),
+                      weights=lexical.term_weights).parts
+
+
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,
-                 settings, reranker=None) -> dict:
+                 settings, reranker=None, states: ChatStates | None = None,
+                 reinforcement: Reinforcement | None = None) -> dict:
     """Run one recall; `settings(name)` gives the chat's effective setting. `reranker(result, query,
-    recent)` (the optional LLM rerank) reorders a larger candidate list and cuts it to max_memories."""
+    recent)` (the optional LLM rerank) reorders a larger candidate list and cuts it to max_memories.
+    `states` keeps the chats' states between recalls; `reinforcement` counts what is injected (without
+    one, the count is written at once)."""
     started = time.perf_counter()
-    core_rows, length, now, greeting = await store.read(
-        lambda conn: _chat_state(conn, chat_id, settings("recall.in_prompt_tokens")))
+    prompt_tokens = settings("recall.in_prompt_tokens")
+    states = states or ChatStates(store)
+    state = states.cached(chat_id, prompt_tokens)
+    # The chat's state is read while the query is embedded (the plan the embedding needs takes today for
+    # the chat's latest day; the real plan below differs from it only if that changes which part is asked).
+    reading = None if state is not None else asyncio.ensure_future(states.read(chat_id, prompt_tokens))
     lexical = await indexes.lexical.get(chat_id)
-    plan = await _plan(q, settings, now=now, store=store, chat_id=chat_id, lexical=lexical)
-    k = settings("recall.candidates")
+    k = tuning.CANDIDATES
     degraded, hnsw, vectors = None, None, []
+    embedded: dict[str, np.ndarray] = {}
+    max_tokens = settings("recall.max_query_tokens")
     try:
         if not embeddings.embedder.ready:  # just started: the model is still loading
             raise EmbedError("the embedding model is still loading")
-        max_tokens = settings("recall.max_query_tokens")
-        vectors = list(await asyncio.gather(*(embeddings.embed_query(last_tokens(part, max_tokens))
-                                              for part in plan.parts)))
+        draft = plan_query_draft(q, settings, lexical) if state is None else None
+        if draft is not None:
+            embedded = dict(zip(draft, await _embed_parts(embeddings, draft, max_tokens)))
+        if state is None:
+            state = await reading
+        plan = await _plan(q, settings, now=state.now, store=store, chat_id=chat_id, lexical=lexical)
+        missing = [p for p in plan.parts if p not in embedded]
+        if missing:
+            embedded.update(zip(missing, await _embed_parts(embeddings, missing, max_tokens)))
+        vectors = [embedded[p] for p in plan.parts]
     except EmbedError as exc:  # the embedding API is down: keywords still work
         degraded = f"vector search unavailable: {exc.message}"
+        if state is None:
+            state = await reading
+        plan = await _plan(q, settings, now=state.now, store=store, chat_id=chat_id, lexical=lexical)
+    finally:
+        if reading is not None and not reading.done():
+            reading.cancel()
+    core, length, now, greeting = state.core, state.length, state.now, state.greeting
     embed_ms = (time.perf_counter() - started) * 1000
     if vectors:
         # After a restart the HNSW index may still be loading: answer from keywords rather than wait.
         hnsw = await indexes.vectors.get_within(chat_id, INDEX_WAIT_S)
         if hnsw is None:
             degraded, vectors = "the vector index is still loading: keyword results only", []
-    w_lex, w_vec = settings("recall.lexical_weight"), settings("recall.vector_weight")
+    w_lex, w_vec = tuning.LEXICAL_WEIGHT, tuning.VECTOR_WEIGHT
     rankings: list[Ranking] = []
     for i, part in enumerate(plan.parts):
         if part.strip():
@@ -131,31 +215,39 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
             rankings.append(Ranking(f"vec{i}", w_vec, *_split(hnsw.query(vectors[i], k))))
     if plan.reference:
         rankings.append(Ranking("lexref", w_lex * REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
+        recent = _recent_texts(q, settings)
+        if tuning.VECTOR_REFERENCE and vectors and hnsw is not None and recent:
+            # The input leans on the last turn: that turn and the input, embedded together, as one more list.
+            try:
+                ref_vec = (await _embed_parts(embeddings, [f"{recent[0]} {plan.text}"], max_tokens))[0]
+                rankings.append(Ranking("vecref", w_vec * REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
+            except EmbedError:
+                pass
     topic_vec = vectors[0] if len(vectors) == 1 else (
         _unit(np.sum(vectors, axis=0)) if vectors else None)
     extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)
-    timed = await time_ranking(plan, weight=settings("recall.time_weight"), **extra)
+    timed = await time_ranking(plan, weight=tuning.TIME_WEIGHT, **extra)
     rankings += [timed] if timed else []
     latest = await _latest(plan, rankings, store=store, chat_id=chat_id, lexical=lexical,
-                           weight=settings("recall.latest_weight"))
+                           weight=tuning.LATEST_WEIGHT)
     rankings += [latest] if latest else []
     fused = fuse(rankings)
-    found = found_by_search(rankings, settings)
+    found = found_by_search(rankings)
     seeds = sorted(found, key=lambda n: (-fused[n], n))
-    share, graph_weight = settings("recall.neighbour_share"), settings("recall.graph_weight")
+    share, graph_weight = tuning.NEIGHBOUR_SHARE, tuning.GRAPH_WEIGHT
     expand = seeds if graph_weight > 0 else []
     near = seeds[:NEIGHBOUR_SEEDS] if share > 0 else []
-    min_similarity = settings("recall.min_similarity")
+    min_similarity = tuning.MIN_SIMILARITY
 
     def around_the_hits(conn):
         # One read: what grows from the first hits (the graph of their names, their exchanges), then the rows
         # of every candidate that may be shown.
         members = graph_members(conn, chat_id, expand)
-        neighbour_of = exchange_neighbours(conn, chat_id, near)
+        neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
         return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_COLUMNS, where="AND archived = 0")
 
-    members, neighbour_of, row_list = await store.read(around_the_hits)
+    members, neighbour_of, row_list = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
                           rrf_k=RRF_K)
     if graph is not None:
@@ -168,33 +260,37 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     # Memories still in the prompt's chat history are not injected again: the last N messages, and a short
     # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
     skip_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
-    scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting,
-                        settings=settings)
+    scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting)
     lift_neighbours(scores, neighbour_of, share)
-    scores = relevant(scores, found, min_similarity)
+    scores = relevant(scores, found, min_similarity, neighbour_of)
     limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
-    result = order(scores, rows, limit=limit, duplicate_similarity=settings("recall.duplicate_similarity"),
+    result = order(scores, rows, limit=limit, duplicate_similarity=tuning.DUPLICATE_SIMILARITY,
                    vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None)
     if reranker is not None:
         result, why = await reranker(result, plan.text, [])
         degraded = degraded or why
-    core = _core(core_rows)
     lang = settings("recall.language")
     if lang == "auto":
         lang = detect_language([q.query] + [s.node.label for s in result[:5]])
     line_tokens = settings("recall.line_tokens")
     weights = lexical.term_weights(" ".join([plan.text, *plan.borrowed_names])) if line_tokens else None
-    text, placed = render_block([s.node for s in core], q.budget_tokens, lang, evidence=[s.node for s in result],
-                                directive_share=settings("recall.directive_share"), today=now,
-                                query_weights=weights, line_tokens=line_tokens)
+    text, placed, tokens = render_block([s.node for s in core], q.budget_tokens, lang,
+                                        evidence=[s.node for s in result],
+                                        directive_share=settings("recall.directive_share"), today=now,
+                                        query_weights=weights, line_tokens=line_tokens)
     placed_ids = {n.id for n in placed}
     # In the block's order: the core sections come before the evidence.
     chosen = [s for s in core if s.node.id in placed_ids] + [s for s in result if s.node.id in placed_ids]
     if chosen:
-        _reinforce(store, [s.node.id for s in chosen])
+        if reinforcement is None:
+            reinforcement = Reinforcement(store)
+            reinforcement.injected([s.node.id for s in chosen])
+            reinforcement.flush()
+        else:
+            reinforcement.injected([s.node.id for s in chosen])
     return {
         "text": text,
-        "tokens": count_tokens(text),
+        "tokens": tokens,
         "language": lang,
         "memories": [_memory_json(s) for s in chosen],
         "query": {"text": plan.text, "parts": plan.parts,
@@ -211,8 +307,8 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
     if weight <= 0 or not asks_about_now(plan.text):
         return None
     ids = list(dict.fromkeys(n for r in rankings for n in r.ids))
-    rows = await store.read(lambda conn: nodes_by_ids(conn, chat_id, ids, columns="id, fields, seq_to",
-                                                      where="AND archived = 0"))
+    rows = store.read_inline(lambda conn: nodes_by_ids(conn, chat_id, ids, columns="id, fields, seq_to",
+                                                       where="AND archived = 0"))
     texts = {r["id"]: (node_text(orjson.loads(r["fields"])), r["seq_to"]) for r in rows}
     return latest_ranking(texts, lexical=lexical, topic=plan.topic or plan.text, weight=weight)
 
@@ -237,14 +333,6 @@ def _core(rows) -> list[Scored]:
             for r in rows]
     core.sort(key=lambda s: (-s.score, s.node.id))
     return core
-
-
-def _reinforce(store: Store, ids: list[str]) -> None:
-    now = time.time()
-    store.write_nowait(lambda conn: conn.executemany(
-        # DNA reinforcement: each injection adds weight (capped at 1). Not journaled: not message-derived.
-        "UPDATE nodes SET access_count = access_count + 1, last_access = ?, weight = min(1.0, weight + ?)"
-        " WHERE id = ?", [(now, REINFORCE_STEP, i) for i in ids]))
 
 
 def _memory_json(s: Scored) -> dict:

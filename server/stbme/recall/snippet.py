@@ -7,9 +7,10 @@ for more memories. The memory itself is unchanged; only its line in the block is
 
 from __future__ import annotations
 
+import functools
 import re
 
-from ..tokens import count_tokens
+from ..tokens import count_tokens, estimate_tokens
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？…])[\"'”’」』)）*]*\s*|\n+")  # closing quotes and asterisks stay
 GAP = " … "
@@ -17,6 +18,12 @@ GAP = " … "
 
 def sentences(text: str) -> list[str]:
     """Sentences with their closing punctuation and quotes, whitespace trimmed."""
+    return list(_sentences(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentences(text: str) -> tuple[str, ...]:
+    # The same memories are split again and again (the block, the latest word): remembered.
     out, start = [], 0
     for match in _SENTENCE_END.finditer(text):
         if match.end() > start:
@@ -25,7 +32,7 @@ def sentences(text: str) -> list[str]:
                 out.append(piece)
             start = match.end()
     tail = text[start:].strip()
-    return out + [tail] if tail else out
+    return tuple(out + [tail] if tail else out)
 
 
 def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
@@ -53,7 +60,7 @@ def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
         for j in (i, i + 1):
             if j >= len(parts) or j in chosen:
                 continue
-            cost = count_tokens(parts[j]) + 1
+            cost = estimate_tokens(parts[j]) + 1   # a soft budget: the block counts the line exactly
             if chosen and used + cost > max_tokens:
                 break
             chosen.add(j)

@@ -10,8 +10,8 @@ from typing import Callable
 
 from ..llm.base import LLMError, complete_json
 from ..llm.prompts import system_prompt
-from .prompting import as_list, memory_line, norm_key
-from .render import detect_language
+from ..pipeline.prompting import as_list, memory_line, norm_key
+from ..language import detect_language
 
 log = logging.getLogger("stbme.rerank")
 

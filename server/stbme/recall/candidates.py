@@ -1,4 +1,4 @@
-"""The candidates of a recall: ranked lists of memories, before fusion (pipeline/ranking.py).
+"""The candidates of a recall: ranked lists of memories, before fusion (recall/ranking.py).
 
 - Keywords (BM25) and vectors (HNSW) for each part of the question, without thresholds: a weak signal in one
   list may still be the answer, and fusion weighs the lists.
@@ -21,7 +21,7 @@ from ..index import ChatIndex, LexicalIndex
 from ..store import Store
 from ..store.queries import count_events, nodes_by_ids, nodes_on_days
 from .query import QueryPlan
-from .timeline import DateSpan
+from ..pipeline.timeline import DateSpan
 
 ANCHOR_HITS = 30            # keyword hits read to find the day an anchor phrase names
 EXPAND_SEEDS = 8            # first hits whose names are followed
@@ -162,21 +162,38 @@ def graph_ranking(members: list[str], seeds: list[str], plan: QueryPlan, *, lexi
                     topic=plan.topic, rrf_k=rrf_k)
 
 
-def exchange_neighbours(conn, chat_id: str, seeds: list[str]) -> dict[str, str]:
-    """The other memories of each seed's exchange (a user's message and the reply to it: an answer follows
-    its question, a reply needs what it answers): {neighbour id: seed id}, through the `replies_to` edges of
-    the per-message memories, kept only where the later message is not the user's (that starts a new
-    exchange). A read: pass it a connection."""
-    if not seeds:
+NEIGHBOUR_KINDS = ("exchange", "prev_reply", "next_reply", "next_same", "prev_same")
+_SIDES = ("SELECT e.from_id, e.to_id, ms.name, mo.name, ms.role, mo.role, 'prev' FROM edges e"
+          " JOIN nodes ns ON ns.id = e.from_id JOIN messages ms ON ms.chat_id = e.chat_id AND ms.idx = ns.seq_from"
+          " JOIN nodes no ON no.id = e.to_id JOIN messages mo ON mo.chat_id = e.chat_id AND mo.idx = no.seq_from"
+          " WHERE e.chat_id = ? AND e.from_id IN ({marks}) AND e.relation = 'replies_to' AND ns.seq_from != no.seq_from",
+          "SELECT e.to_id, e.from_id, ms.name, mo.name, ms.role, mo.role, 'next' FROM edges e"
+          " JOIN nodes ns ON ns.id = e.to_id JOIN messages ms ON ms.chat_id = e.chat_id AND ms.idx = ns.seq_from"
+          " JOIN nodes no ON no.id = e.from_id JOIN messages mo ON mo.chat_id = e.chat_id AND mo.idx = no.seq_from"
+          " WHERE e.chat_id = ? AND e.to_id IN ({marks}) AND e.relation = 'replies_to' AND ns.seq_from != no.seq_from")
+
+
+def message_neighbours(conn, chat_id: str, seeds: list[str], kinds=("exchange",)) -> dict[str, str]:
+    """The memories of the messages next to each seed's that count as its neighbours: {neighbour id: seed
+    id}, through the `replies_to` edges of the per-message memories. Kinds:
+    - exchange: a user's message and the reply to it (an answer follows its question, a reply needs what
+      it answers); a user's next message starts a new exchange and is not one;
+    - prev_reply / next_reply: the message before / after, by the other speaker;
+    - next_same / prev_same: the message after / before, by the same speaker (one thought, two messages).
+    A read: pass it a connection."""
+    if not seeds or not kinds:
         return {}
+    unknown = set(kinds) - set(NEIGHBOUR_KINDS)
+    if unknown:
+        raise ValueError(f"unknown neighbour kinds {sorted(unknown)}")
     marks = ",".join("?" * len(seeds))
-    reply = ("JOIN nodes n ON n.id = e.from_id JOIN messages m ON m.chat_id = e.chat_id AND m.idx = n.seq_from"
-             " AND m.role != 'user'")
-    before = conn.execute(f"SELECT e.from_id, e.to_id FROM edges e {reply} WHERE e.chat_id = ? AND"
-                          f" e.from_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
-    after = conn.execute(f"SELECT e.to_id, e.from_id FROM edges e {reply} WHERE e.chat_id = ? AND"
-                         f" e.to_id IN ({marks}) AND e.relation = 'replies_to'", (chat_id, *seeds)).fetchall()
+    rows = [r for sql in _SIDES for r in conn.execute(sql.format(marks=marks), (chat_id, *seeds))]
     found: dict[str, str] = {}
-    for neighbour, seed in [(r[1], r[0]) for r in before] + [(r[1], r[0]) for r in after]:
-        found.setdefault(neighbour, seed)
+    for seed, other, seed_name, other_name, seed_role, other_role, side in rows:
+        same = seed_name == other_name
+        later_role = other_role if side == "next" else seed_role
+        wanted = (("exchange" in kinds and later_role != "user")
+                  or (f"{side}_same" in kinds and same) or (f"{side}_reply" in kinds and not same))
+        if wanted:
+            found.setdefault(other, seed)
     return found

@@ -1,0 +1,61 @@
+"""Who said it: the text a message's memory is searched and embedded by starts with its speaker.
+
+"I took up pottery last spring" is about its speaker, and a question names that speaker ("What did Mel
+take up?"): as "Mel: I took up pottery last spring" the first person reads as Mel, for the keyword index
+and the embedding model alike (the bundled model alone finds twice the evidence with the speaker in front,
+docs/evaluation.md). A name the speaker only addresses ("Thanks, Irene! Have a great one!", "Hey Tom,",
+"Wow, Tom! Keep it up!") does not make the message about that person: such a vocative is left out of the
+searched text. The memory itself, and its line in the block, keep the words as said.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+_NAME = r"[A-Z][a-zA-Z'\-]*[a-z](?:\s[A-Z][a-zA-Z'\-]*[a-z])?"
+_GREETING = (r"(?:hi|hey|hiya|hello|yo|thanks|thank you|thx|bye|goodbye|good night|goodnight|night|good morning|"
+             r"morning|good evening|good afternoon|congrats|congratulations|welcome|sorry|dear|love you|miss you|"
+             r"see you|see ya|cheers|wow|oh|aw|aww|omg|haha|lol|yes|yeah|no|ok|okay|well|come on|happy birthday)")
+# "Thanks, Irene!", "hey Tom,": a greeting, then the name; "Tom, ..." / "..., Tom!" / "..., Tom." at an end.
+# One pattern (one scan of the text): after a greeting, leading, trailing.
+_VOCATIVE = re.compile(rf"(?i:\b{_GREETING}\b)(?:,\s*|\s+)(?-i:(?P<a>{_NAME}))(?=\s*(?:[,!?.…~:;)]|$))"
+                       rf"|(?:^|(?<=[.!?…]\s))(?P<b>{_NAME}),\s"
+                       rf"|,\s*(?P<c>{_NAME})\s*(?=[!?.…~]|$)")
+# Words that look like names at these places but are not people ("Thanks, God!", "Sorry, Monday...").
+_NOT_A_PERSON = frozenset("god lord jesus man dude bro sis guys everyone everybody all girl boy buddy mate sir "
+                          "madam monday tuesday wednesday thursday friday saturday sunday so and but then now "
+                          "also anyway honestly seriously well yes yeah no ok okay sure right true".split())
+_IS_GREETING = re.compile(rf"(?i){_GREETING}")
+
+
+def without_vocatives(text: str, speaker: str = "") -> str:
+    """`text` without the names it only addresses; a name the speaker goes by is never such a name."""
+    dropped = False
+
+    def drop(match: re.Match) -> str:
+        nonlocal dropped
+        group = next(g for g in "abc" if match.group(g) is not None)
+        name = match.group(group)
+        if (name.lower() in _NOT_A_PERSON or _IS_GREETING.fullmatch(name)
+                or (speaker and name.casefold() == speaker.casefold())):
+            return match.group(0)
+        dropped = True
+        start, end = match.span(group)
+        whole = match.group(0)
+        return whole[:start - match.start()] + whole[end - match.start():]
+
+    text = _VOCATIVE.sub(drop, text)
+    if not dropped:
+        return text.strip()
+    text = re.sub(r"(?:^|(?<=[.!?…]\s)),\s*|\s*,\s*(?=[!?.…,~]|$)", "", text)   # the comma the name left
+    text = re.sub(r"\s+(?=[,!?.…])", "", text)
+    return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+@functools.lru_cache(maxsize=8192)   # recall reads the same memories' texts again and again
+def attributed_text(speaker: str, text: str) -> str:
+    """"Speaker: text", vocatives left out: what a message's memory is indexed and embedded by."""
+    speaker = speaker.strip()
+    body = without_vocatives(text, speaker)
+    return f"{speaker}: {body}" if speaker else body

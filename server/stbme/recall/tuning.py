@@ -1,0 +1,52 @@
+"""The read path's named numbers: weights of the ranked lists in fusion, the floors that keep unrelated
+memories out, the neighbours a hit brings along. None of them means anything to a roleplayer, so they
+are not settings; each is the value a run of scripts/eval_recall.py chose on the public development sets
+(their tuned-on half), and docs/evaluation.md says which run and what each is worth.
+
+For that evaluation only, `STBME_RECALL_TUNING` (JSON, e.g. '{"GRAPH_WEIGHT": 0}') overrides them when
+the server starts, so each stage can be switched off in turn without a setting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+CANDIDATES = 100             # memories each ranked list (keywords, vectors, per part of the input) brings to fusion
+LEXICAL_WEIGHT = 2.0         # weight of the keyword (BM25) lists in reciprocal-rank fusion
+VECTOR_WEIGHT = 1.0          # weight of the vector (HNSW) lists
+TIME_WEIGHT = 3.0            # the memories of the days a question names ("on March 4", 六天前)
+LATEST_WEIGHT = 1.0          # for a question about now: the memories that say its subject changed, newest first
+GRAPH_WEIGHT = 0.5           # the memories of the less common names the first hits involve (multi-hop)
+NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share of its score
+# Which messages next to a hit count as its neighbours (recall/candidates.py, message_neighbours):
+#   exchange    a user's message and the reply to it (a user's next message starts another exchange)
+#   prev_reply  the message a hit answers (by the other speaker)
+#   next_reply  the reply after a hit (by the other speaker)
+#   next_same   the same speaker's next message (a thought written over two messages)
+NEIGHBOUR_KINDS = ("prev_reply", "next_reply", "next_same")
+BORROW_RARE_TERMS = True     # an input that names nothing rare is also searched with the recent turns' rarest terms
+VECTOR_REFERENCE = True      # ... and, embedded with the last turn, as one more vector list (REFERENCE_SHARE weight)
+IMPORTANCE_WEIGHT = 0.15     # importance (0-10) in the final score
+RECENCY_WEIGHT = 0.1         # recency (message position) in the final score
+MIN_SIMILARITY = 0.78        # a memory found by vector alone is shown only at this cosine or above ...
+VECTOR_MARGIN = 0.04         # ... and only when it beats the vector candidates' median by this much
+MIN_BM25 = 1.0               # a memory found by keywords alone needs this BM25 score (one rare shared word ~2)
+DUPLICATE_SIMILARITY = 0.97  # a memory this similar (cosine) to a better one shown is left out
+
+_NAMES = {name for name in dir() if name.isupper() and not name.startswith("_")}
+
+
+def _override() -> None:
+    raw = os.environ.get("STBME_RECALL_TUNING", "").strip()
+    if not raw:
+        return
+    values = json.loads(raw)
+    unknown = set(values) - _NAMES
+    if unknown:
+        raise ValueError(f"STBME_RECALL_TUNING: unknown names {sorted(unknown)}; known: {sorted(_NAMES)}")
+    for name, value in values.items():
+        globals()[name] = tuple(value) if isinstance(value, list) else value
+
+
+_override()

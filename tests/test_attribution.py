@@ -1,0 +1,62 @@
+"""Who said it: a message's memory is searched and embedded as "Speaker: text", vocatives left out, and
+memories stored before are brought up to date (migration m012)."""
+
+import sqlite3
+
+import orjson
+
+from stbme.graph.attribution import attributed_text, without_vocatives
+from stbme.graph.model import node_text
+from stbme.index.lexical import LexicalIndex
+from stbme.store.migrations import MIGRATIONS
+
+
+def test_the_speaker_leads_the_text():
+    assert attributed_text("Mel", "I took up pottery last spring.") == "Mel: I took up pottery last spring."
+
+
+def test_a_name_only_addressed_is_left_out():
+    assert without_vocatives("Thanks, Irene! Have a great one!") == "Thanks! Have a great one!"
+    assert without_vocatives("Wow, Tom! Keep it up!") == "Wow! Keep it up!"
+    assert without_vocatives("Hey Irene, how was Paris?") == "Hey, how was Paris?"
+    assert without_vocatives("Irene, did you see it?") == "did you see it?"
+    assert without_vocatives("That is great, Irene.") == "That is great."
+
+
+def test_a_name_the_text_is_about_stays():
+    assert without_vocatives("I met Irene at the park, she was great.") == "I met Irene at the park, she was great."
+    assert without_vocatives("Irene moved to Paris last year.") == "Irene moved to Paris last year."
+    assert without_vocatives("So, I went to Paris.") == "So, I went to Paris."   # not a name
+    assert without_vocatives("Thanks, God!") == "Thanks, God!"
+
+
+def test_a_message_memory_is_indexed_by_its_speaker_and_not_the_names_it_addresses():
+    fields = {"summary": "Thanks, Irene! Have a great one!", "speaker": "Tom", "participants": ["Tom", "Irene"]}
+    assert node_text(fields) == "Tom: Thanks! Have a great one!"
+    index = LexicalIndex()
+    index.upsert("thanks", node_text(fields))
+    index.upsert("about", node_text({"summary": "I started pottery classes.", "speaker": "Irene",
+                                     "participants": ["Irene"]}))
+    # "Irene" finds what Irene said about herself, not the message that only thanks her.
+    assert [n for n, _ in index.search("What did Irene start?", 5)] == ["about"]
+
+
+def test_a_memory_without_a_speaker_reads_as_before():
+    assert node_text({"summary": "The bridge fell.", "participants": ["Mara"]}) == "The bridge fell. | participants: Mara"
+
+
+def test_migration_m012_sends_message_memories_back_to_be_embedded():
+    conn = sqlite3.connect(":memory:")
+    for _name, fn in MIGRATIONS:
+        if _name == "m012_speaker_text":
+            break
+        fn(conn)
+    conn.execute("INSERT INTO chats (chat_id, created_at, updated_at) VALUES ('c', 0, 0)")
+    rows = [("said", "event", {"summary": "hi", "speaker": "Tom"}), ("made", "event", {"summary": "x"}),
+            ("name", "character", {"name": "Tom"})]
+    for node_id, type_, fields in rows:
+        conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
+                     " VALUES (?, 'c', ?, ?, x'00', 'local', 0, 0)", (node_id, type_, orjson.dumps(fields).decode()))
+    dict(MIGRATIONS)["m012_speaker_text"](conn)
+    embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
+    assert embedders == {"said": None, "made": "local", "name": "local"}
