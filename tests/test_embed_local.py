@@ -180,3 +180,33 @@ async def test_close_cancels_queries_still_waiting():
     gate.set()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_the_built_graph_is_kept_and_a_damaged_one_is_rebuilt(tmp_path, monkeypatch):
+    from stbme.embed import e5_graph
+    from stbme.embed.local import load_engine
+
+    first = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    kept = list(tmp_path.glob("e5-small-float32-*.onnx"))
+    assert len(kept) == 1 and kept[0].stat().st_size > 1_000_000
+    assert not list(tmp_path.glob("*.part"))
+
+    def no_build(*_args, **_kwargs):
+        raise AssertionError("the kept graph should have been used")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(e5_graph, "build", no_build)
+        again = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    assert np.allclose(first, again, atol=1e-6)
+
+    kept[0].write_bytes(kept[0].read_bytes()[:4096])  # cut short, as by a full disk
+    rebuilt = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    assert np.allclose(first, rebuilt, atol=1e-6)
+    assert kept[0].stat().st_size > 1_000_000
+
+
+def test_int8_weights_have_their_own_embedder_id():
+    assert LocalEmbedder().id == "local:multilingual-e5-small-q4"  # the id of the vectors users stored
+    assert LocalEmbedder(weights="int8").id == "local:multilingual-e5-small-q4-int8"
+    with pytest.raises(Exception, match="embed.local_weights|unknown local model weights"):
+        LocalEmbedder(weights="fp16")
