@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "server"))
 
 from stbme.embed import e5_file, e5_graph  # noqa: E402
 from stbme.embed.e5_engine import E5Engine  # noqa: E402
-from stbme.embed.local import BULK_SLICE_TOKENS, DEFAULT_MAX_TOKENS, _single_threaded_blas, model_file  # noqa: E402
+from stbme.embed.local import BULK_SLICE_TOKENS, LocalEmbedder, _single_threaded_blas, model_file  # noqa: E402
 
 BASELINE_FILES = ("server/stbme/embed/e5_file.py", "server/stbme/embed/e5_engine.py")
 
@@ -65,30 +65,6 @@ def recall_set_texts(n_passages: int, n_queries: int) -> tuple[list[str], list[s
             [questions[i] for i in rng.permutation(len(questions))[:n_queries]])
 
 
-def clipped(engine, texts: list[str], max_tokens: int) -> list[str]:
-    """Each text cut to its first `max_tokens` model tokens, as LocalEmbedder.clip does."""
-    out = []
-    for text in texts:
-        cut, count = len(text), engine.token_count(text)
-        while count > max_tokens and cut > 1:
-            cut = max(1, min(cut - 1, int(cut * max_tokens / count * 0.97)))
-            count = engine.token_count(text[:cut])
-        out.append(text[:cut])
-    return out
-
-
-def slices(texts: list[str]) -> list[list[str]]:
-    out, current, budget = [], [], 0
-    for text in texts:
-        cost = min(DEFAULT_MAX_TOKENS, len(text) // 3 + 4)
-        if current and budget + cost > BULK_SLICE_TOKENS:
-            out.append(current)
-            current, budget = [], 0
-        current.append(text)
-        budget += cost
-    return out + [current] if current else out
-
-
 def timed(fn) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.thread_time()
     fn()
@@ -118,9 +94,11 @@ def main(baseline: str, n_passages: int, n_queries: int, rounds: int, json_path:
         load_s[f"onnxruntime {kind}"] = time.perf_counter() - started
     passages, queries = recall_set_texts(n_passages, n_queries)
     reference = engines["numpy (baseline)"]
-    passages = clipped(reference, passages, DEFAULT_MAX_TOKENS)
+    product = LocalEmbedder()            # its clip (128 tokens) and bulk slices, on the reference engine
+    product._model = reference
+    passages = [product.clip(t) for t in passages]
     tokens = [reference.token_count(t) for t in passages]
-    groups = slices(passages)
+    groups = product._slices(passages)
     print(f"{len(passages)} passages (mean {np.mean(tokens):.0f} tokens, {len(groups)} slices of ~"
           f"{BULK_SLICE_TOKENS} tokens), {len(queries)} queries (mean "
           f"{np.mean([reference.token_count(q, True) for q in queries]):.0f} tokens); load average "
