@@ -132,6 +132,7 @@ def _lower_thread_priority(nice: int) -> None:
 
 
 class LocalEmbedder(Embedder):
+    id = EMBEDDER_IDS["float32"]   # the default's; an instance with other weights has its own
     dim = 384
 
     def __init__(self, batch_size: int = 32, *, max_tokens: int = DEFAULT_MAX_TOKENS,
