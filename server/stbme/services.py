@@ -101,7 +101,7 @@ class Services:
         store = Store.open(data_dir / DATABASE)
         try:
             settings = open_settings(store, cli_settings)
-            embedder = embedder or make_embedder(settings.__getitem__)
+            embedder = embedder or make_embedder(settings.__getitem__, data_dir)
         except BaseException:
             store.close()
             raise

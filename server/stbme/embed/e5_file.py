@@ -2,9 +2,9 @@
 
 The file holds the XLM-R unigram vocabulary (pieces and scores), the tokenizer's per-character
 normalisation map, and the encoder's tensors: float32 vectors and Q4_0 matrices (blocks of 32 weights:
-one float16 scale and 16 bytes of 4-bit values, low nibbles first, stored as value + 8). The matrices
-are expanded to float32 once, at load (about 85 MB), so a batch runs as plain BLAS matrix products.
-The word-embedding table stays packed (250k rows) and is expanded row by row for the tokens in a batch.
+one float16 scale and 16 bytes of 4-bit values, low nibbles first, stored as value + 8). Everything stays
+in the mapped file: the encoder's graph (e5_graph.py) takes the matrices from it once, and the
+word-embedding table (250k rows) is expanded row by row for the tokens in a batch.
 """
 
 from __future__ import annotations
@@ -37,15 +37,30 @@ class Vocabulary:
 
 
 @dataclass
+class Q4Matrix:
+    """A [n_out, n_in] weight matrix as stored: n_out rows of n_in / 32 Q4_0 blocks."""
+    blocks: np.ndarray           # [n_out, n_in / 32, 18] uint8 (a view of the mapped file)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.blocks.shape[0], self.blocks.shape[1] * BLOCK
+
+    def dense(self) -> np.ndarray:
+        """float32 [n_in, n_out]: what x @ W wants."""
+        n_out, n_in = self.shape
+        return np.ascontiguousarray(dequantize(self.blocks).reshape(n_out, n_in).T)
+
+
+@dataclass
 class Layer:
-    qkv_w: np.ndarray            # [H, 3H]: the three projections side by side, one product
+    qkv_w: Q4Matrix              # [3H, H]: the three projections stacked (q, k, v), one product
     qkv_b: np.ndarray
-    out_w: np.ndarray            # [H, H]
+    out_w: Q4Matrix              # [H, H]
     out_b: np.ndarray
     attn_ln: tuple[np.ndarray, np.ndarray]
-    ffn_in_w: np.ndarray         # [H, FF]
+    ffn_in_w: Q4Matrix           # [FF, H]
     ffn_in_b: np.ndarray
-    ffn_out_w: np.ndarray        # [FF, H]
+    ffn_out_w: Q4Matrix          # [H, FF]
     ffn_out_b: np.ndarray
     ffn_ln: tuple[np.ndarray, np.ndarray]
 
@@ -114,25 +129,24 @@ def load(path: Path) -> ModelWeights:
         return np.frombuffer(tensors[name][0], dtype=np.float32).copy()
 
     def matrix(name: str, n_in: int) -> np.ndarray:
-        """A Q4_0 [out, in] matrix as float32 [in, out] (what x @ W wants)."""
+        """The Q4_0 blocks of an [out, in] matrix: [out, in / 32, 18]."""
         data, count = tensors[name]
         n_out = count // n_in if count % n_in == 0 else None
         blocks = np.frombuffer(data, dtype=np.uint8)
         if n_out is None or blocks.size != n_out * (n_in // BLOCK) * BLOCK_BYTES:
             raise ModelFileError(f"{path}: tensor {name} has an unexpected size")
-        w = dequantize(blocks.reshape(n_out, n_in // BLOCK, BLOCK_BYTES)).reshape(n_out, n_in)
-        return np.ascontiguousarray(w.T)
+        return blocks.reshape(n_out, n_in // BLOCK, BLOCK_BYTES)
 
     encoder = []
     for i in range(layers):
         p = f"l{i}."
         encoder.append(Layer(
-            qkv_w=np.ascontiguousarray(np.hstack([matrix(p + n, hidden) for n in ("q.w", "k.w", "v.w")])),
+            qkv_w=Q4Matrix(np.concatenate([matrix(p + n, hidden) for n in ("q.w", "k.w", "v.w")])),
             qkv_b=np.concatenate([vector(p + n) for n in ("q.b", "k.b", "v.b")]),
-            out_w=matrix(p + "ao.w", hidden), out_b=vector(p + "ao.b"),
+            out_w=Q4Matrix(matrix(p + "ao.w", hidden)), out_b=vector(p + "ao.b"),
             attn_ln=(vector(p + "aln.w"), vector(p + "aln.b")),
-            ffn_in_w=matrix(p + "fi.w", hidden), ffn_in_b=vector(p + "fi.b"),
-            ffn_out_w=matrix(p + "fo.w", ffn), ffn_out_b=vector(p + "fo.b"),
+            ffn_in_w=Q4Matrix(matrix(p + "fi.w", hidden)), ffn_in_b=vector(p + "fi.b"),
+            ffn_out_w=Q4Matrix(matrix(p + "fo.w", ffn)), ffn_out_b=vector(p + "fo.b"),
             ffn_ln=(vector(p + "oln.w"), vector(p + "oln.b"))))
     word = np.frombuffer(tensors["emb.word"][0], dtype=np.uint8)
     if word.size != vocab_size * (hidden // BLOCK) * BLOCK_BYTES:

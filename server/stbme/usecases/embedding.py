@@ -140,7 +140,7 @@ class Embedding:
         if not any(k.startswith("embed.") and saved[k] != previous[k] for k in saved):
             return
         try:
-            candidate = make_embedder(self.settings.__getitem__)
+            candidate = make_embedder(self.settings.__getitem__, self.store.path.parent)
         except StbmeError as exc:
             self.live.notice("error", f"new embedding settings not usable: {exc.message}")
             return
@@ -161,7 +161,7 @@ class Embedding:
         if self.reembedding():
             self._reembed["task"].cancel()
         try:
-            embedder = make_embedder(self.settings.__getitem__)
+            embedder = make_embedder(self.settings.__getitem__, self.store.path.parent)
         except StbmeError as exc:
             self.live.notice("error", f"new embedding settings not usable: {exc.message}")
             return
