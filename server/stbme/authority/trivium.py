@@ -34,6 +34,7 @@ MAX_NEIGHBOURS = 500
 RRF_K = 60                # reciprocal-rank fusion, as the sidecar's own recall
 DEFAULT_ALPHA = 0.5       # weight of the vector ranking against the text ranking
 TEXT_FIELDS = ("text", "title", "name", "summaryPreview")
+_NUMBER_TYPES = frozenset({int, float})
 
 
 def _ref(value: Any, field: str, default_namespace: str | None = None) -> tuple[str, str]:
@@ -49,9 +50,13 @@ def _vector(value: Any, field: str, dim: int | None = None) -> np.ndarray:
         raise BadRequest(f"'{field}' must be a non-empty array of numbers", field=field)
     if len(value) > MAX_DIM:
         raise BadRequest(f"'{field}' has {len(value)} dimensions; at most {MAX_DIM}", field=field)
+    # numpy would read "1" and true as numbers; JSON numbers arrive as int or float (bool is an int subclass,
+    # so the check is by exact type). map/set run in C: a 2000-item upsert stays cheap.
+    if not set(map(type, value)) <= _NUMBER_TYPES:
+        raise BadRequest(f"'{field}' must contain numbers only (not strings, booleans or null)", field=field)
     try:
         vector = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadRequest(f"'{field}' must contain numbers only", field=field) from None
     if vector.ndim != 1 or not np.isfinite(vector).all():
         raise BadRequest(f"'{field}' must contain finite numbers only", field=field)
