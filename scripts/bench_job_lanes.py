@@ -28,7 +28,7 @@ import click
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_ingest import RUNNING, Server, baseline_code  # noqa: E402
+from bench_ingest import RUNNING, Server, baseline_code, run_stopping_servers  # noqa: E402
 
 SESSIONS = 30
 JOBS_PER_SESSION = 10
@@ -124,8 +124,4 @@ def main(baseline_ref, rounds, timeout, baseline_rounds):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        for server in list(RUNNING):
-            server.stop()
+    run_stopping_servers(main)

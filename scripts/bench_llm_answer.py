@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _bench_ingest_parts import pct, recall_requests, sync_bodies  # noqa: E402
 from _roleplay_data import RoleplayChat  # noqa: E402
-from bench_ingest import RUNNING, Server, baseline_code  # noqa: E402
+from bench_ingest import RUNNING, Server, baseline_code, run_stopping_servers  # noqa: E402
 
 CHAT_MESSAGES = 60
 TIMEOUT_S = 60.0
@@ -226,8 +226,4 @@ def main(mb, seconds, baseline_ref, serve_fake):
 serve_fake_process = serve_fake
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        for server in list(RUNNING):
-            server.stop()
+    run_stopping_servers(main)
