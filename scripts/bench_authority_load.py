@@ -45,9 +45,11 @@ def requests(rng) -> list[tuple[str, str, dict]]:
     items = [{"externalId": f"n{i}", "namespace": NS, "vector": rng.standard_normal(16).tolist(),
               "payload": {"text": words(rng, 2400)[:19000]}} for i in range(1500)]
     same = [{"statement": UPSERT_NODE, "params": ["c", f"r{i}", "{}", "event", i, 0, 0, None]} for i in range(2000)]
-    # distinct texts of one shape (the spacing differs): remembering parsed statements cannot help
+    # distinct texts of one shape (the spacing differs): remembering parsed statements cannot help. They match
+    # no row: the time is the checking, not 2,000 result sets of 2,000 rows (which the first version measured)
     distinct = [{"statement": "SELECT record_id FROM st_bme_graph_nodes WHERE chat_id =" + " " * (1 + i % 50)
-                 + "? AND source_floor >=" + " " * (1 + i // 50) + "?", "params": ["c", 0]} for i in range(2000)]
+                 + "? AND source_floor >=" + " " * (1 + i // 50) + "?", "params": ["c", 10 ** 9]}
+                for i in range(2000)]
     return [
         ("search-hybrid, 20 MB queryText", "/trivium/search-hybrid",
          {"database": "st_bme_vectors", "vector": vector, "topK": 24, "queryText": words(rng, 2_500_000)[:20_000_000]}),
