@@ -82,7 +82,7 @@ def roleplay(n: int, seed: int = 7) -> list[dict]:
 
 # The pipeline before the LLM bill was cut (issue 12): one extraction call per reply and a separate A-MEM
 # evolution call per batch. Same scripted answers, so the two graphs can be compared.
-PER_REPLY = {"extract.llm_every": 1, "extract.smart_trigger": False, "evolve.mode": "separate"}
+PER_REPLY = {"extract.every": 1, "extract.smart_trigger": False, "evolve.mode": "separate"}
 
 
 async def run(mode: str, chat: list[dict], embedder: Embedder, fake: FakeOpenAI | None, fake_url: str | None,

@@ -17,12 +17,16 @@
 //   src/memory_browser.js    the memory browser
 //   src/transfer.js          export, import, reindex
 //   src/history.js           "Remember this chat's history now" and its progress bar
+//   src/chat_markers.js      the per-message memory marker in the chat, and its popup
+//   src/chat_progress.js     a long ingest's bar in the chat, above the input bar
 //   src/commands.js          slash commands
 //   src/chat_events.js       ST's chat events
 // Pure logic (hashing, sync protocol, HTTP client, settings mapping) lives in lib/ and is unit-tested.
 
 import { getSettings } from './lib/settings.js';
 import { createChatEvents } from './src/chat_events.js';
+import { createChatMarkers } from './src/chat_markers.js';
+import { createChatProgress } from './src/chat_progress.js';
 import { createChatSync } from './src/chat_sync.js';
 import { registerCommands } from './src/commands.js';
 import { createConnection } from './src/connection.js';
@@ -62,8 +66,11 @@ function start() {
             live.restart();
         },
     });
-    const chatSync = createChatSync({ settings, connection, onSynced: redraw });
+    const chatSync = createChatSync({ settings, connection, onSynced: () => { redraw(); markers.schedule(); } });
     const browser = createMemoryBrowser({ connection });
+    const lastInjection = () => interceptor.last;
+    const markers = createChatMarkers({ settings, connection, lastInjection });
+    const chatProgress = createChatProgress({ connection, followedInPanel: chatId => history.running === chatId });
     const sidecarSettings = createSidecarSettings({
         connection,
         onGlobalLoaded: global => chatSync.limitChunk(Number(global['server.max_sync_messages'])),
@@ -71,18 +78,28 @@ function start() {
         onValuesChanged: () => settingsForm.renderValues(),
     });
     const settingsForm = createSettingsForm({ sidecarSettings });
-    const history = createHistory({ connection, chatSync, onDone: () => browser.refreshIfOpen() });
+    const history = createHistory({
+        connection, chatSync,
+        onDone: () => { browser.refreshIfOpen(); markers.schedule(); },
+        onProgress: (chatId, progress) => chatProgress.update(chatId, progress),
+    });
     const live = createLiveLink({
         settings, connection, version: VERSION, relay: createRelayRunner(),
-        onJobDone: () => browser.refreshIfOpen(),
+        onJobDone: () => { browser.refreshIfOpen(); markers.schedule(); },
         onChange: redraw,
-        onProgress: message => history.onProgress(message),
+        onProgress: message => {
+            history.onProgress(message);
+            if (message?.task === 'extract') {
+                chatProgress.update(message.chat_id, message);
+                markers.schedule();
+            }
+        },
+        onStatus: (chatId, status) => chatProgress.update(chatId, status.progress),
     });
     const interceptor = createInterceptor({
         settings, connection, chatSync, sidecarSettings,
-        onInjection: () => injectionView.render(),
+        onInjection: () => { injectionView.render(); markers.onInjection(); },
     });
-    const lastInjection = () => interceptor.last;
     const injectionView = createInjectionView({ lastInjection });
     const status = createStatus({ settings, connection, live, chatSync, lastInjection });
     const transfer = createTransfer({ connection, onImported: () => browser.refreshIfOpen() });
@@ -92,9 +109,11 @@ function start() {
             status.render();
             injectionView.render();
         },
+        onShowChanged: () => markers.reset(),
     });
     const chatEvents = createChatEvents({
         settings, connection, chatSync,
+        onMessagesChanged: () => markers.messagesChanged(),
         onChatChanged: () => {
             clearSlot();
             interceptor.reset();
@@ -102,6 +121,8 @@ function start() {
             live.clearProgress();
             history.reset();
             browser.reset();
+            markers.reset();
+            chatProgress.reset();
             const chatId = currentChatId();
             if (chatId && settings.enabled) {
                 sidecarSettings.loadChat(chatId).catch(() => {});
@@ -111,7 +132,7 @@ function start() {
             status.render();
         },
     });
-    return { settings, connection, chatSync, interceptor, injectionView, live, status, panel, chatEvents, sidecarSettings, browser };
+    return { settings, connection, chatSync, interceptor, injectionView, live, status, panel, chatEvents, sidecarSettings, browser, markers };
 }
 
 /** @type {ReturnType<typeof start> | null} */
@@ -119,7 +140,7 @@ let parts = null;
 
 async function init() {
     parts = start();
-    const { settings, connection, chatSync, interceptor, injectionView, status, panel, chatEvents, sidecarSettings, browser } = parts;
+    const { settings, connection, chatSync, interceptor, injectionView, status, panel, chatEvents, sidecarSettings, browser, markers } = parts;
     chatEvents.register();
     try {
         await panel.render();
@@ -127,6 +148,7 @@ async function init() {
         console.error(LOG, 'cannot render the settings panel', error);
     }
     injectionView.addMenuButton();
+    markers.start();
     await registerCommands({
         connection,
         statusText: () => status.text(),

@@ -16,9 +16,9 @@ async def fake(aiohttp_server):
     return script
 
 
-# One extraction per assistant message, as these tests were written for; the defaults (extract.llm_every 3 and
+# One extraction per assistant message, as these tests were written for; the defaults (extract.every 3 and
 # the smart trigger) have their own tests and the LLM bill benchmark.
-PER_MESSAGE = {"extract.llm_every": 1, "extract.smart_trigger": False}
+PER_MESSAGE = {"extract.every": 1, "extract.smart_trigger": False}
 
 
 def llm_settings(fake, **extra) -> dict:

@@ -182,8 +182,8 @@ async def test_llm_memories_imported_and_opened_are_not_asked_for_again(tmp_path
     from test_sync_rollback import make_chat
 
     chat = make_chat(random.Random(5), 4)
-    source = Services.open(tmp_path / "a", embedder=embedder, cli_settings=llm_settings(fake, **{"extract.llm_every": 3}))
-    target = Services.open(tmp_path / "b", embedder=embedder, cli_settings=llm_settings(fake, **{"extract.llm_every": 3}))
+    source = Services.open(tmp_path / "a", embedder=embedder, cli_settings=llm_settings(fake, **{"extract.every": 3}))
+    target = Services.open(tmp_path / "b", embedder=embedder, cli_settings=llm_settings(fake, **{"extract.every": 3}))
     try:
         await full_sync(source, "c", chat)
         await source.processor.process_chat("c")

@@ -81,7 +81,7 @@ async def process(sc: Services) -> None:
 async def test_fault_schedule_ends_equal_to_a_fresh_ingest(tmp_path, embedder, fake, seed):
     rng = random.Random(1000 + seed)
     # Odd seeds run the default batching: one LLM extraction for several replies, journaled over all of them.
-    batching = {"extract.llm_every": 3, "extract.smart_trigger": True} if seed % 2 else {}
+    batching = {"extract.every": 3, "extract.smart_trigger": True} if seed % 2 else {}
     sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake, **FAST_FAILING, **batching))
     sc.memory_llm.client.http.backoff_s = 0.01
     sc.memory_llm.client.http.timeout = aiohttp.ClientTimeout(total=HANG_TIMEOUT_S)

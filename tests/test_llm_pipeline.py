@@ -345,7 +345,7 @@ async def test_stale_batch_is_dropped_not_written(llm_sc, fake):
 # -- the property: rollback equals a fresh ingest ---------------------------------------------------
 # The defaults batch the LLM extraction over several assistant messages (and extract early on a plot turn)
 # while the per-message memories come every message: an edit inside an LLM range must undo that whole range.
-DEFAULT_BATCHING = {"extract.llm_every": 3, "extract.smart_trigger": True}
+DEFAULT_BATCHING = {"extract.every": 3, "extract.smart_trigger": True}
 
 
 @pytest.mark.parametrize("seed, batching", [(21, {}), (22, {}), (23, {}), (24, DEFAULT_BATCHING),

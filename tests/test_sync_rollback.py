@@ -229,12 +229,10 @@ async def derived_ranges(sc, chat_id: str) -> list:
                   for n in doc["nodes"])
 
 
-@pytest.mark.parametrize("every", [1, 3])
-async def test_batch_boundaries_do_not_depend_on_arrival(sidecar, every):
+async def test_batch_boundaries_do_not_depend_on_arrival(sidecar):
     """Heuristic mode merges pending groups into one batch when many are waiting; the memories must still
     say they came from the same messages as when the chat arrived a turn at a time (issue 20: the same chat
     ingested twice gave derived_from [48,55] and [48,57])."""
-    await sidecar.settings_service.update_global({"extract.every": every})
     rng = random.Random(20)
     chat = make_chat(rng, 30)
     chat.insert(17, {"role": "system", "name": "", "text": "[narrator note]"})
@@ -248,16 +246,14 @@ async def test_batch_boundaries_do_not_depend_on_arrival(sidecar, every):
     await settled_sync(sidecar, "burst", chat)
     at_once = await derived_ranges(sidecar, "all-at-once")
     assert {"correction", "decision"} <= {r[0] for r in at_once}
-    for _, _, (first, last) in (r for r in at_once if r[2]):  # each range is one group of `every` replies
+    for _, _, (first, last) in (r for r in at_once if r[2]):  # each range is one group: through one reply
         assert chat[last]["role"] == "assistant"
-        assert sum(m["role"] == "assistant" for m in chat[first:last + 1]) == every
+        assert sum(m["role"] == "assistant" for m in chat[first:last + 1]) == 1
     assert await derived_ranges(sidecar, "turn-by-turn") == at_once
     assert await derived_ranges(sidecar, "burst") == at_once
 
 
-@pytest.mark.parametrize("every", [1, 2])
-async def test_an_edit_after_merged_batches_replays_like_a_fresh_ingest(sidecar, every):
-    await sidecar.settings_service.update_global({"extract.every": every})
+async def test_an_edit_after_merged_batches_replays_like_a_fresh_ingest(sidecar):
     rng = random.Random(21)
     chat = make_chat(rng, 24)
     # A group whose messages left no memory: the edit below restarts processing inside it.

@@ -57,7 +57,10 @@ SETTINGS: tuple[Setting, ...] = (
     S("embed.retries", 3, "int", "Retries of a failed embedding HTTP call (with backoff).", min=0, max=10),
     # extraction (write path)
     S("extract.enabled", True, "bool", "Turn new chat messages into memories.", per_chat=True),
-    S("extract.every", 1, "int", "Process memories after this many new assistant messages.",
+    S("extract.every", 3, "int",
+      "With a memory LLM: it reads the new messages once this many replies have come (1 = after every reply; "
+      "the smart trigger reads earlier on a plot turn). Every message still gets its own searchable memory "
+      "at once, and the replies the LLM has not read yet are still in the prompt. Without an LLM: no effect.",
       min=1, max=50, per_chat=True),
     S("extract.chunk_tokens", 120, "int",
       "A message longer than this is stored as several event memories, each embedded whole (the local model "
@@ -165,13 +168,9 @@ SETTINGS: tuple[Setting, ...] = (
     S("extract.existing_memories", 12, "int",
       "LLM extraction: most existing memories shown to the LLM (so it updates instead of duplicating).",
       min=0, max=60),
-    S("extract.llm_every", 3, "int",
-      "LLM mode: one extraction call for this many new assistant messages (the messages still in the prompt "
-      "are not recalled anyway, so memory loses nothing while the LLM bill shrinks); the smart trigger "
-      "extracts earlier on an important turn. 1 = a call for every reply.", min=1, max=50, per_chat=True),
     S("extract.smart_trigger", True, "bool",
-      "Extract early when the new text looks like a plot turn (keywords, patterns, names), before "
-      "extract.llm_every assistant messages.", per_chat=True),
+      "Let the memory LLM read the new messages early when they look like a plot turn (keywords, patterns, "
+      "names), before extract.every replies have come.", per_chat=True),
     S("extract.trigger_patterns", "", "str",
       "Extra smart-trigger regular expressions, comma- or newline-separated (case-insensitive, RE2 syntax: no "
       "backreferences or lookaround).", per_chat=True, check=lambda value: _check_patterns(value)),
@@ -199,7 +198,7 @@ SETTINGS: tuple[Setting, ...] = (
     # maintenance
     S("maintain.summary_every", 3, "int",
       "Write a small summary of the recent story every N extractions (0 = off); summaries roll up in levels. "
-      "In LLM mode an extraction is extract.llm_every assistant messages.",
+      "In LLM mode an extraction is extract.every replies.",
       min=0, max=100, per_chat=True),
     S("maintain.summary_fan_in", 3, "int", "Summaries of one level folded into one of the next level.",
       min=2, max=10),
@@ -287,11 +286,13 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+# Old names still accepted (API, CLI): the value goes to the new setting. Stored rows are moved by a migration.
+RENAMED: dict[str, str] = {"extract.llm_every": "extract.every"}
 
 
 def setting(name: str) -> Setting:
     try:
-        return BY_NAME[name]
+        return BY_NAME[RENAMED.get(name, name)]
     except KeyError:
         raise BadRequest(f"unknown setting {name!r}", field=name) from None
 
@@ -309,7 +310,7 @@ def validate_updates(updates: Any, *, per_chat: bool = False) -> dict[str, Setti
         s = setting(name)
         if per_chat and not s.per_chat:
             raise BadRequest(f"setting {name!r} cannot be set per chat", field=name)
-        clean[name] = None if (per_chat and value is None) else s.validate(value)
+        clean[s.name] = None if (per_chat and value is None) else s.validate(value)
     return clean
 
 

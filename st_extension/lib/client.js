@@ -198,6 +198,14 @@ export class SidecarClient {
     nodes(chatId, filter = {}, options) {
         return this.get(`/v1/chats/${enc(chatId)}/nodes`, { ...options, query: filter });
     }
+    /** GET /v1/memory-types: every memory type and its fields. */
+    memoryTypes(options) { return this.get('/v1/memory-types', options); }
+    /** Which messages first..last have memories: `{processed_upto, messages: [{index, memories}]}`. */
+    rememberedMessages(chatId, first, last, options) {
+        return this.get(`/v1/chats/${enc(chatId)}/messages/memories`, { ...options, query: { from: first, to: last } });
+    }
+    /** The memories behind one message: `{index, memories: [node, ...]}`. */
+    messageMemories(chatId, index, options) { return this.get(`/v1/chats/${enc(chatId)}/messages/${index}/memories`, options); }
     getNode(chatId, id, options) { return this.get(`/v1/chats/${enc(chatId)}/nodes/${enc(id)}`, options); }
     createNode(chatId, body, options) { return this.post(`/v1/chats/${enc(chatId)}/nodes`, body, options); }
     patchNode(chatId, id, body, options) {

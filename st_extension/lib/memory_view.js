@@ -68,3 +68,92 @@ export function rangeLabel(range) {
     const [first, last] = range;
     return first === last ? `msg ${first}` : `msgs ${first}–${last}`;
 }
+
+/** Words for the memory types (graph/schema.py NODE_TYPES); other types are humanized. */
+export const TYPE_LABELS = Object.freeze({
+    event: 'Event', character: 'Character', location: 'Place', entity: 'Thing', rule: 'Rule', thread: 'Plot thread',
+    synopsis: 'Synopsis', reflection: 'Reflection', summary: 'Summary', pov_memory: 'Point of view',
+    correction: 'Correction', preference: 'Preference', decision: 'Decision', error: 'Mistake to avoid', workflow: 'Way of working',
+});
+
+/** @param {string} type */
+export function typeLabel(type) {
+    return Object.hasOwn(TYPE_LABELS, type) ? TYPE_LABELS[type] : fieldLabel(type);
+}
+
+/**
+ * The browser's type filter: the types the chat has, with their counts, in the schema's order.
+ * @param {Record<string, number> | null | undefined} counts the nodes list's `types`
+ * @param {{name: string}[] | null | undefined} types GET /v1/memory-types (for the order; optional)
+ * @returns {{value: string, text: string}[]}
+ */
+export function typeOptions(counts, types) {
+    const have = Object.entries(counts ?? {}).filter(([, n]) => n > 0);
+    const order = (types ?? []).map(t => t.name);
+    const rank = name => (order.includes(name) ? order.indexOf(name) : order.length);
+    have.sort(([a], [b]) => rank(a) - rank(b) || a.localeCompare(b));
+    return have.map(([name, n]) => ({ value: name, text: `${typeLabel(name)} (${n})` }));
+}
+
+/**
+ * Rows of the browser: a long message is stored as several event memories (extract.chunk_tokens); its
+ * pieces read as one row, in the order they were made. Other memories are a row each.
+ * @param {object[]} nodes a page of the nodes list, in its order
+ * @returns {object[][]} the rows, each a list of nodes
+ */
+export function groupPieces(nodes) {
+    const rows = [];
+    const keyOf = n => {
+        const r = n?.seq_range;
+        if (n?.type !== 'event' || n.source !== 'heuristic' || !Array.isArray(r) || r[0] !== r[1]) return null;
+        return `${r[0]}|${n.fields?.speaker ?? ''}|${n.pinned}|${n.locked}|${n.archived}`;
+    };
+    for (const node of Array.isArray(nodes) ? nodes : []) {
+        const key = keyOf(node);
+        const last = rows[rows.length - 1];
+        if (key && last && keyOf(last[0]) === key) last.push(node);
+        else rows.push([node]);
+    }
+    return rows.map(row => row.slice().sort((a, b) => (a.created_at ?? 0) - (b.created_at ?? 0)));
+}
+
+/**
+ * The editor's fields for a memory: every field of its type (an empty one can be filled in), then any
+ * other text field it has. A list (participants) is edited as comma-separated text.
+ * @param {{type?: string, fields?: Record<string, any>}} node
+ * @param {{columns?: string[], required?: string[]} | null | undefined} typeDef its GET /v1/memory-types entry
+ * @returns {{key: string, label: string, value: string, list: boolean, number: boolean, required: boolean}[]}
+ */
+export function editorFields(node, typeDef) {
+    const fields = node?.fields ?? {};
+    const editable = v => v === undefined || v === null || ['string', 'number'].includes(typeof v)
+        || (Array.isArray(v) && v.every(x => typeof x === 'string'));
+    const keys = [...(typeDef?.columns ?? [])];
+    for (const key of Object.keys(fields)) if (!keys.includes(key)) keys.push(key);
+    return keys.filter(key => editable(fields[key])).map(key => {
+        const v = fields[key];
+        return {
+            key, label: fieldLabel(key), value: Array.isArray(v) ? v.join(', ') : String(v ?? ''),
+            list: Array.isArray(v), number: typeof v === 'number', required: !!typeDef?.required?.includes(key),
+        };
+    });
+}
+
+/**
+ * What the editor sends for its fields: only the changed ones; an emptied field is removed (null).
+ * @param {ReturnType<typeof editorFields>} fields
+ * @param {Record<string, string>} texts the inputs' text by field key
+ * @returns {Record<string, any>}
+ */
+export function editedFields(fields, texts) {
+    const changed = {};
+    for (const f of fields) {
+        const text = String(texts[f.key] ?? '').trim();
+        if (text === f.value.trim()) continue;
+        if (!text) changed[f.key] = null;
+        else if (f.list) changed[f.key] = text.split(',').map(x => x.trim()).filter(Boolean);
+        else if (f.number && Number.isFinite(Number(text))) changed[f.key] = Number(text);
+        else changed[f.key] = text;
+    }
+    return changed;
+}

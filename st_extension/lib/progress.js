@@ -66,3 +66,15 @@ export function progressFraction(source) {
     const embedding = p.embedTotal ? Math.min(1, p.embedded / p.embedTotal) : 1;
     return Math.min(messages, embedding < 1 ? 0.99 : 1);
 }
+
+/** Work left before a run counts as long enough to show in the chat itself (a few replies never do). */
+export const LONG_RUN = Object.freeze({ messages: 10, embeddings: 30 });
+
+/**
+ * Is this a long ingest worth a bar in the chat: working, with many messages or memories still to do?
+ * @param {object} source see normalizeProgress
+ */
+export function isLongRun(source) {
+    const p = normalizeProgress(source);
+    return p.working && (p.total - p.done >= LONG_RUN.messages || p.embedTotal - p.embedded >= LONG_RUN.embeddings);
+}

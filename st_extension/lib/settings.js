@@ -1,5 +1,10 @@
 // Extension settings (kept in SillyTavern's `extension_settings.stbme`) and the mapping between the
-// sidecar's settings schema (GET /v1/settings/schema) and panel controls. Pure module: no ST imports.
+// sidecar's settings schema (GET /v1/settings/schema) and panel controls (their words: setting_words.js).
+// Pure module: no ST imports.
+
+import { CHOICE_LABELS, SETTING_LABELS, helpFor } from './setting_words.js';
+
+export { CHOICE_LABELS, SETTING_LABELS };
 
 export const MODULE_NAME = 'stbme';
 export const SETTINGS_VERSION = 2;
@@ -28,6 +33,8 @@ export const DEFAULTS = Object.freeze({
     confirmChatDelete: true,
     /** Live channel (WebSocket) for progress and notices. */
     liveChannel: true,
+    /** A marker on each remembered message in the chat (a click shows its memories). */
+    chatMarkers: true,
 });
 
 /** Keys renamed across versions: old -> new. */
@@ -129,20 +136,9 @@ export const GROUP_TITLES = Object.freeze({
 export const BASIC_SETTINGS = Object.freeze([
     'recall.enabled', 'recall.budget_tokens', 'recall.max_memories',
     'inject.position', 'inject.depth', 'inject.role',
-    'extract.enabled', 'extract.every',
-    'llm.mode', 'llm.url', 'llm.key', 'llm.model',
+    'extract.enabled',
+    'llm.mode', 'llm.url', 'llm.key', 'llm.model', 'extract.every',
 ]);
-
-/** Words for the values of choice settings; a value not listed here gets `humanize(value)`. */
-export const CHOICE_LABELS = Object.freeze({
-    'inject.position': { in_chat: 'In the chat, at a depth', in_prompt: 'After the story string', before_prompt: 'Before the story string' },
-    'inject.role': { system: 'System', user: 'User', assistant: 'Assistant' },
-    'llm.mode': { none: 'None (memories without an LLM)', openai: 'OpenAI-compatible API', relay: 'Relay through SillyTavern (your current connection)' },
-    'embed.provider': { local: 'Local model (bundled, offline)', openai: 'OpenAI-compatible API' },
-    'recall.language': { auto: 'Same as the chat', en: 'English', zh: 'Chinese' },
-    'dna.evolution_strategy': { balanced: 'Balanced', aggressive: 'Aggressive (remember more)', conservative: 'Conservative (remember less)', cleanup: 'Clean-up (forget faster)' },
-    'dna.signal_scope': { instructions: 'Out-of-character parts and commands to the story-teller', ooc: 'Out-of-character parts only', message: 'Every sentence, the story too' },
-});
 
 /**
  * 'before_prompt' -> 'Before prompt'.
@@ -199,7 +195,7 @@ export function controlFor(def) {
     const base = {
         name: def.name,
         label: labelFor(def.name),
-        help: def.help ?? '',
+        help: helpFor(def.name, def.help),
         type: def.type,
         perChat: !!def.per_chat,
         secret: !!def.secret,
@@ -232,28 +228,6 @@ function stepFor(min, max) {
     if (typeof min === 'number' && typeof max === 'number' && max - min <= 1) return 0.01;
     return 0.05;
 }
-
-/** Words for settings whose last name part says too little on its own (the basic ones above all). */
-export const SETTING_LABELS = Object.freeze({
-    'recall.enabled': 'Recall memories before each reply',
-    'recall.budget_tokens': 'Memory block size (tokens)',
-    'recall.max_memories': 'Most memories in the block',
-    'inject.position': 'Where the block goes',
-    'inject.depth': 'Depth (messages from the end)',
-    'inject.role': 'Role of the block',
-    'extract.enabled': 'Make memories from new messages',
-    'extract.every': 'Make memories every N replies',
-    'llm.mode': 'Memory LLM',
-    'llm.url': 'LLM API URL',
-    'llm.key': 'LLM API key',
-    'llm.model': 'LLM model',
-    'embed.provider': 'Embedding model',
-    'embed.openai_url': 'Embeddings API URL',
-    'embed.openai_key': 'Embeddings API key',
-    'embed.openai_model': 'Embeddings model name',
-    'server.extra_cors_origins': 'More SillyTavern addresses allowed',
-    'recall.in_prompt_tokens': 'Greeting counts as in the prompt up to (tokens)',
-});
 
 /**
  * A setting's label: its words from SETTING_LABELS, else 'recall.min_similarity' -> 'Min similarity'.

@@ -11,14 +11,20 @@ const MESSAGE_EVENTS = ['MESSAGE_SENT', 'MESSAGE_RECEIVED', 'MESSAGE_EDITED', 'M
  * @param {ReturnType<import('./connection.js').createConnection>} deps.connection
  * @param {ReturnType<import('./chat_sync.js').createChatSync>} deps.chatSync
  * @param {() => void} deps.onChatChanged reset what belongs to the previous chat and load the new one's
+ * @param {() => void} [deps.onMessagesChanged] a message was edited, deleted or swiped (message numbers may have moved)
  */
-export function createChatEvents({ settings, connection, chatSync, onChatChanged }) {
+export function createChatEvents({ settings, connection, chatSync, onChatChanged, onMessagesChanged = () => {} }) {
     /** @type {{chatId: string, outcome: 'deleted'|'kept'|'nothing'|'failed'} | null} */
     let lastDeleteOffer = null;
 
     function onMessageEvent(_messageId, type) {
         if (type === 'quiet') return;
         chatSync.schedule();
+    }
+
+    function onMessageChanged(messageId, type) {
+        onMessageEvent(messageId, type);
+        onMessagesChanged();
     }
 
     async function offerDeleteMemories(chatId) {
@@ -57,7 +63,8 @@ export function createChatEvents({ settings, connection, chatSync, onChatChanged
             const c = ctx();
             const et = eventTypes();
             for (const name of MESSAGE_EVENTS) {
-                if (et[name]) c.eventSource.on(et[name], onMessageEvent);
+                const changes = ['MESSAGE_EDITED', 'MESSAGE_DELETED', 'MESSAGE_SWIPED'].includes(name);
+                if (et[name]) c.eventSource.on(et[name], changes ? onMessageChanged : onMessageEvent);
             }
             c.eventSource.on(et.CHAT_CHANGED, onChatChanged);
             if (et.CHAT_DELETED) c.eventSource.on(et.CHAT_DELETED, onChatDeleted);

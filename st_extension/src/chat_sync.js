@@ -3,6 +3,7 @@
 // per-chat caches, the debounce timer, the sync in flight, the last sync answer.
 
 import { withDeadline } from '../lib/failopen.js';
+import { singleFlight } from '../lib/single_flight.js';
 import { ChatSyncer, DEFAULT_MAX_CHUNK } from '../lib/sync.js';
 import { ctx, currentChatId } from './st.js';
 
@@ -18,8 +19,6 @@ export function createChatSync({ settings, connection, onSynced }) {
         maxChunk: DEFAULT_MAX_CHUNK,
     });
     let timer = null;
-    let running = null;
-    let again = false;
     let forceNext = false;
     let lastSync = null;
 
@@ -40,19 +39,7 @@ export function createChatSync({ settings, connection, onSynced }) {
     }
 
     /** Run a sync now; joins the one in flight (and runs once more after it if asked meanwhile). */
-    function run() {
-        if (running) {
-            again = true;
-            return running;
-        }
-        running = (async () => {
-            do {
-                again = false;
-                await syncOnce();
-            } while (again);
-        })().finally(() => { running = null; });
-        return running;
-    }
+    const run = singleFlight(syncOnce);
 
     return {
         run,

@@ -14,12 +14,14 @@ const POLL_MS = 2000;
  * @param {ReturnType<import('./connection.js').createConnection>} deps.connection
  * @param {ReturnType<import('./chat_sync.js').createChatSync>} deps.chatSync
  * @param {() => void} deps.onDone the chat's memories changed (refresh what shows them)
+ * @param {(chatId: string, progress: object) => void} [deps.onProgress] the followed run's progress (the chat's own bar)
  */
-export function createHistory({ connection, chatSync, onDone }) {
+export function createHistory({ connection, chatSync, onDone, onProgress = () => {} }) {
     /** @type {{chatId: string, timer: any} | null} */
     let run = null;
 
     function draw(source) {
+        if (run?.chatId || currentChatId()) onProgress(run?.chatId ?? currentChatId(), source);
         const box = $id('stbme_history');
         const bar = $id('stbme_history_bar');
         const text = $id('stbme_history_text');

@@ -1,6 +1,8 @@
 // "Memories used": what the last generation got from memory, in the panel, in ST's popup, and as an
 // entry of ST's extensions menu (the wand).
 
+import { typeLabel } from '../lib/memory_view.js';
+import { plural, recallReasons } from '../lib/wording.js';
 import { $id, h } from './dom.js';
 import { ctx } from './st.js';
 
@@ -9,10 +11,10 @@ import { ctx } from './st.js';
  * @param {object|null} inj the interceptor's last injection
  */
 export function injectionSummary(inj) {
-    if (!inj) return 'No generation yet in this chat.';
+    if (!inj) return 'No reply yet in this chat.';
     const when = new Date(inj.at).toLocaleTimeString();
     switch (inj.status) {
-        case 'injected': return `${when}: ${inj.memories?.length ?? 0} memories, ${inj.tokens ?? '?'} tokens, in ${inj.ms} ms`;
+        case 'injected': return `${when}: ${plural(inj.memories?.length ?? 0, 'memory', 'memories')}${Number.isFinite(inj.tokens) ? ` (${plural(inj.tokens, 'token')})` : ''}, found in ${inj.ms} ms`;
         case 'empty': return `${when}: nothing relevant was found${inj.reason ? ` (${inj.reason})` : ''}.`;
         case 'failed': return `${when}: generated without memory. ${inj.reason ?? ''}`;
         case 'off': return `${when}: memory is turned off.`;
@@ -32,12 +34,13 @@ export function createInjectionView({ lastInjection }) {
         list.replaceChildren();
         $id('stbme_injection_summary').textContent = injectionSummary(inj);
         $id('stbme_injection_text').textContent = inj?.text ?? '';
+        // In the block's order, each with why it was chosen; the score stays in the tooltip for the curious.
         for (const m of inj?.memories ?? []) {
-            list.append(h('li', {}, [
-                h('span', { class: 'stbme_type', text: m.type ?? '' }),
+            list.append(h('li', { title: Number.isFinite(m.score) ? `score ${m.score.toFixed(2)}` : '' }, [
+                h('span', { class: 'stbme_type', text: typeLabel(m.type ?? '') }),
                 h('span', { class: 'stbme_label', text: m.label ?? m.id }),
-                h('span', { class: 'stbme_score', text: Number.isFinite(m.score) ? m.score.toFixed(2) : '', title: m.score_parts ? JSON.stringify(m.score_parts) : '' }),
                 m.pinned ? h('span', { class: 'fa-solid fa-thumbtack', title: 'pinned' }) : null,
+                h('span', { class: 'stbme_reasons', text: recallReasons(m).join(', ') }),
             ]));
         }
     }
@@ -48,7 +51,7 @@ export function createInjectionView({ lastInjection }) {
         const inj = lastInjection();
         if (typeof c.callGenericPopup === 'function' && c.POPUP_TYPE) {
             const content = h('div', { class: 'stbme_popup' }, [
-                h('h3', { text: 'Memories used for the last generation' }),
+                h('h3', { text: 'Memories used for the last reply' }),
                 h('p', { text: injectionSummary(inj) }),
                 inj?.text ? h('pre', { class: 'stbme_block', text: inj.text }) : null,
             ]);
@@ -70,7 +73,7 @@ export function createInjectionView({ lastInjection }) {
         addMenuButton() {
             const menu = $id('extensionsMenu');
             if (!menu || $id('stbme_menu_used')) return;
-            const item = h('div', { id: 'stbme_menu_used', class: 'list-group-item flex-container flexGap5 interactable', tabindex: 0, title: 'Show the memories injected into the last generation' }, [
+            const item = h('div', { id: 'stbme_menu_used', class: 'list-group-item flex-container flexGap5 interactable', tabindex: 0, title: 'Show the memories injected into the last reply' }, [
                 h('div', { class: 'fa-solid fa-brain extensionsMenuExtensionButton' }),
                 h('span', { text: 'Memories used' }),
             ]);

@@ -20,8 +20,9 @@ const LONG_POLL_S = 20;
  * @param {(chatId: string) => void} deps.onJobDone a job of that chat finished (refresh what shows memories)
  * @param {() => void} deps.onChange the channel state or progress text changed
  * @param {(message: object) => void} [deps.onProgress] a progress message arrived
+ * @param {(chatId: string, status: object) => void} [deps.onStatus] the open chat's status was polled (proxy route)
  */
-export function createLiveLink({ settings, connection, version, relay, onJobDone, onChange, onProgress = () => {} }) {
+export function createLiveLink({ settings, connection, version, relay, onJobDone, onChange, onProgress = () => {}, onStatus = () => {} }) {
     let progress = '';
     let pollTimer = null;
     const setProgress = text => {
@@ -89,6 +90,7 @@ export function createLiveLink({ settings, connection, version, relay, onJobDone
         if (!chatId) return;
         const status = await connection.client.status(chatId);
         if (currentChatId() !== chatId) return;
+        onStatus(chatId, status);
         const pending = status.jobs?.pending ?? 0;
         let text = pending || status.progress?.working ? progressText(status.progress) : '';
         if (status.jobs?.last_error && status.jobs?.failed) text = `Last job failed: ${status.jobs.last_error}`;

@@ -1,7 +1,9 @@
 // The memory browser in the panel: list, search and page through the open chat's memories, pin, lock,
-// archive and restore them, edit their fields, and add one by hand. Owns: the page and the filter.
+// archive and restore them, edit their fields, and add one by hand. The pieces of a long message read as
+// one row. Owns: the page, the filter, the memory types (fetched once).
 
-import { fieldLabel, memoryRow, rangeLabel } from '../lib/memory_view.js';
+import { editedFields, editorFields, groupPieces, memoryRow, rangeLabel, typeLabel, typeOptions } from '../lib/memory_view.js';
+import { plural } from '../lib/wording.js';
 import { $id, h, onClick, toggleSection } from './dom.js';
 import { confirmPopup, currentChatId, toast } from './st.js';
 
@@ -14,11 +16,35 @@ const PAGE = 20;
 export function createMemoryBrowser({ connection }) {
     let offset = 0;
     let total = 0;
+    /** @type {Map<string, {name: string, columns: string[], required: string[]}> | null} */
+    let types = null;
 
     const isOpen = () => {
         const browser = $id('stbme_browser');
         return !!browser && !browser.hidden;
     };
+
+    async function loadTypes() {
+        if (types) return types;
+        try {
+            const res = await connection.client.memoryTypes();
+            types = new Map((res.types ?? []).map(t => [t.name, t]));
+        } catch {
+            return new Map(); // an older sidecar: the filter and the editor work from what the chat has
+        }
+        return types;
+    }
+
+    /** The type filter: the types this chat has, with counts; the chosen one stays listed. */
+    function drawTypeFilter(counts) {
+        const select = $id('stbme_browser_type');
+        if (!select) return;
+        const chosen = select.value;
+        const options = typeOptions(counts, types ? [...types.values()] : []);
+        if (chosen && !options.some(o => o.value === chosen)) options.push({ value: chosen, text: `${typeLabel(chosen)} (0)` });
+        select.replaceChildren(h('option', { value: '', text: 'All types' }), ...options.map(o => h('option', { value: o.value, text: o.text })));
+        select.value = chosen;
+    }
 
     async function refresh() {
         const list = $id('stbme_browser_list');
@@ -30,6 +56,7 @@ export function createMemoryBrowser({ connection }) {
             info.textContent = 'Open a chat to browse its memories.';
             return;
         }
+        await loadTypes();
         const filter = {
             offset,
             limit: PAGE,
@@ -49,28 +76,34 @@ export function createMemoryBrowser({ connection }) {
         if (currentChatId() !== chatId) return;
         total = res.total ?? 0;
         const nodes = res.nodes ?? [];
+        drawTypeFilter(res.types);
         info.textContent = total ? `${offset + 1}–${offset + nodes.length} of ${total}` : 'No memories match.';
-        list.replaceChildren(...nodes.map(node => renderNode(chatId, node)));
+        list.replaceChildren(...groupPieces(nodes).map(row => renderRow(chatId, row)));
     }
 
-    function renderNode(chatId, node) {
+    /** One row: a memory, or the pieces of one long message. */
+    function renderRow(chatId, pieces) {
+        const node = pieces[0];
         const flags = [node.pinned && 'pinned', node.locked && 'locked', node.archived && 'archived'].filter(Boolean);
-        const { title, text } = memoryRow(node);
+        const { title, text } = pieces.length > 1
+            ? { title: '', text: pieces.map(p => memoryRow(p).text).join(' ') }
+            : memoryRow(node);
         const range = rangeLabel(node.seq_range);
-        const row = h('li', { class: 'stbme_node', 'data-id': node.id }, [
+        const meta = [`importance ${node.importance ?? '?'}`, range, pieces.length > 1 ? plural(pieces.length, 'part') : ''].filter(Boolean);
+        const row = h('li', { class: 'stbme_node', 'data-id': node.id, 'data-ids': pieces.map(p => p.id).join(' ') }, [
             h('div', { class: 'stbme_node_head' }, [
-                h('span', { class: 'stbme_type', text: node.type }),
+                h('span', { class: 'stbme_type', text: typeLabel(node.type) }),
                 h('span', { class: 'stbme_flags', text: flags.join(' · ') }),
-                h('span', { class: 'stbme_meta', text: `importance ${node.importance ?? '?'}${range ? ` · ${range}` : ''}` }),
+                h('span', { class: 'stbme_meta', text: meta.join(' · ') }),
             ]),
             title ? h('div', { class: 'stbme_node_title', text: title }) : null,
             h('div', { class: 'stbme_node_text', text }),
         ]);
-        const act = (label, action, title) => h('button', {
-            class: 'menu_button stbme_small', text: label, title, 'data-action': action,
+        const act = (label, action, hint) => h('button', {
+            class: 'menu_button stbme_small', text: label, title: hint, 'data-action': action,
             onclick: async () => {
                 try {
-                    await connection.client.nodeAction(chatId, node.id, action);
+                    for (const piece of pieces) await connection.client.nodeAction(chatId, piece.id, action);
                     await refresh();
                 } catch (error) {
                     toast('error', `${label} failed: ${error.message}`);
@@ -78,40 +111,43 @@ export function createMemoryBrowser({ connection }) {
             },
         });
         row.append(h('div', { class: 'stbme_node_actions' }, [
-            h('button', { class: 'menu_button stbme_small', text: 'Edit', 'data-action': 'edit', onclick: () => edit(chatId, node, row) }),
-            node.pinned ? act('Unpin', 'unpin') : act('Pin', 'pin', 'Always include in recall'),
-            node.locked ? act('Unlock', 'unlock') : act('Lock', 'lock', 'Protect from edits and evolution'),
-            node.archived ? act('Restore', 'restore') : act('Archive', 'archive', 'Hide from recall (can be restored)'),
+            h('button', { class: 'menu_button stbme_small', text: 'Edit', 'data-action': 'edit', onclick: () => edit(chatId, pieces, row) }),
+            node.pinned ? act('Unpin', 'unpin', 'Recall it only when it is relevant') : act('Pin', 'pin', 'Always put it in the memory block'),
+            node.locked ? act('Unlock', 'unlock', 'Let the sidecar update it again') : act('Lock', 'lock', 'The sidecar never changes, merges or forgets it'),
+            node.archived ? act('Restore', 'restore', 'Recall it again') : act('Archive', 'archive', 'Leave it out of recall (it can be restored)'),
         ]));
         return row;
     }
 
-    function edit(chatId, node, row) {
+    /** The editor: every field of the memory's type (a piece of a long message: its text). */
+    function edit(chatId, pieces, row) {
         if (row.querySelector('.stbme_editor')) return;
-        const fields = node.fields ?? {};
-        const inputs = {};
         const editor = h('div', { class: 'stbme_editor' });
-        for (const [key, value] of Object.entries(fields)) {
-            if (typeof value !== 'string' && typeof value !== 'number') continue;
-            const id = `stbme_edit_${String(node.id).replace(/[^\w-]+/g, '_')}_${key.replace(/[^\w-]+/g, '_')}`;
-            inputs[key] = h('textarea', { id, class: 'text_pole textarea_compact', rows: String(value).length > 80 ? 3 : 1, 'data-field': key });
-            inputs[key].value = String(value);
-            editor.append(h('label', { for: id, text: fieldLabel(key) }), inputs[key]);
-        }
-        const importance = h('input', { type: 'number', class: 'text_pole', min: 0, max: 10, step: 1, value: node.importance ?? 5 });
+        const edits = pieces.map((node, part) => {
+            const fields = pieces.length > 1
+                ? editorFields({ fields: { summary: node.fields?.summary ?? '' } }, { columns: ['summary'], required: ['summary'] })
+                : editorFields(node, types?.get(node.type));
+            const inputs = {};
+            for (const f of fields) {
+                const id = `stbme_edit_${String(node.id).replace(/[^\w-]+/g, '_')}_${f.key.replace(/[^\w-]+/g, '_')}`;
+                inputs[f.key] = h('textarea', { id, class: 'text_pole textarea_compact', rows: f.value.length > 80 ? 3 : 1, 'data-field': f.key, placeholder: f.list ? 'comma-separated' : '' });
+                inputs[f.key].value = f.value;
+                const label = pieces.length > 1 ? `Part ${part + 1}` : `${f.label}${f.required ? ' (needed)' : ''}`;
+                editor.append(h('label', { for: id, text: label }), inputs[f.key]);
+            }
+            return { node, fields, inputs };
+        });
+        const importance = h('input', { type: 'number', class: 'text_pole', min: 0, max: 10, step: 1, value: pieces[0].importance ?? 5 });
         const error = h('div', { class: 'stbme_field_error', role: 'alert' });
         editor.append(h('label', { text: 'Importance (0–10)' }), importance, error);
         const save = async (unlock = false) => {
-            const changed = {};
-            for (const [key, input] of Object.entries(inputs)) {
-                const original = fields[key];
-                const value = typeof original === 'number' ? Number(input.value) : input.value;
-                if (value !== original) changed[key] = value;
-            }
-            const body = { fields: changed, importance: Number(importance.value) };
-            if (unlock) body.unlock = true;
             try {
-                await connection.client.patchNode(chatId, node.id, body);
+                for (const { node, fields, inputs } of edits) {
+                    const texts = Object.fromEntries(Object.entries(inputs).map(([key, input]) => [key, input.value]));
+                    const body = { fields: editedFields(fields, texts), importance: Number(importance.value) };
+                    if (unlock) body.unlock = true;
+                    await connection.client.patchNode(chatId, node.id, body);
+                }
                 await refresh();
             } catch (e) {
                 if (e.status === 409 && !unlock && await confirmPopup('This memory is locked. Unlock it and save the edit?')) return save(true);
@@ -150,6 +186,8 @@ export function createMemoryBrowser({ connection }) {
                 if (toggleSection('stbme_browser')) await refresh();
             }, fail);
             onClick('stbme_browser_search', search, fail);
+            $id('stbme_browser_type')?.addEventListener('change', () => { search().catch(fail); });
+            $id('stbme_browser_archived')?.addEventListener('change', () => { search().catch(fail); });
             $id('stbme_browser_q')?.addEventListener('keydown', event => {
                 if (event.key === 'Enter') {
                     event.preventDefault();

@@ -22,9 +22,10 @@ const CLIENT_KEYS = ['sidecarUrl', 'connection', 'apiToken', 'requestTimeoutMs']
  * @param {ReturnType<import('./history.js').createHistory>} deps.history
  * @param {() => void} deps.clearSlot empty our prompt slot
  * @param {() => void} deps.redraw redraw the status and the last injection
+ * @param {() => void} deps.onShowChanged what the chat shows changed (markers on or off, memory on or off)
  */
 export function createPanel(deps) {
-    const { settings, connection, live, chatSync, sidecarSettings, settingsForm, browser, transfer, history, clearSlot, redraw } = deps;
+    const { settings, connection, live, chatSync, sidecarSettings, settingsForm, browser, transfer, history, clearSlot, redraw, onShowChanged } = deps;
 
     function onLocalSettingChanged(input, key) {
         const error = input.closest('.stbme_field')?.querySelector('.stbme_field_error');
@@ -60,6 +61,7 @@ export function createPanel(deps) {
             connection.checkHealth().catch(() => {});
         }
         if (key === 'liveChannel') live.update();
+        if (key === 'chatMarkers' || key === 'enabled') onShowChanged();
         redraw();
     }
 

@@ -1,8 +1,11 @@
 // The sidecar's settings in the panel, drawn from its schema: a short basic list, then "Advanced" with the
 // rest in collapsed groups. One control per setting, showing the value for all chats or this chat's
-// override, with the sidecar's validation error next to the field.
+// override, with the sidecar's validation error next to the field. A setting that does nothing with the
+// values shown (the API URL without an API, the depth of a block not in the chat) is hidden, and so is a
+// group with nothing left to show.
 
-import { controlFor, formatControlValue, parseControlValue, splitBasicAdvanced } from '../lib/settings.js';
+import { applies } from '../lib/setting_words.js';
+import { controlFor, formatControlValue, labelFor, parseControlValue, splitBasicAdvanced } from '../lib/settings.js';
 import { $id, h } from './dom.js';
 
 /**
@@ -10,6 +13,24 @@ import { $id, h } from './dom.js';
  * @param {ReturnType<import('./sidecar_settings.js').createSidecarSettings>} deps.sidecarSettings
  */
 export function createSettingsForm({ sidecarSettings }) {
+    /**
+     * Changes the sidecar refused only because another setting must come first (a memory LLM API needs its
+     * URL): each is sent again once that setting is saved. name -> {control, value, field, needs}
+     * @type {Map<string, {control: object, value: any, field: HTMLElement, needs: string}>}
+     */
+    const waiting = new Map();
+
+    /** The values as the controls show them (a choice not saved yet counts), for what applies. */
+    function shownValues(values) {
+        const shown = { ...values };
+        for (const input of document.querySelectorAll('#stbme_sidecar_settings [data-stbme-server-setting]')) {
+            const name = input.dataset.stbmeServerSetting;
+            if (input.type === 'checkbox') shown[name] = input.checked;
+            else if (input.tagName === 'SELECT') shown[name] = input.value;
+        }
+        return shown;
+    }
+
     /** Show the stored values (global or this chat's) in the controls. @param {string} [only] just this setting */
     function renderValues(only) {
         const schema = sidecarSettings.schema;
@@ -32,6 +53,24 @@ export function createSettingsForm({ sidecarSettings }) {
             field.classList.toggle('stbme_overridden', overridden);
             field.querySelector('.stbme_reset').hidden = !overridden;
         }
+        showWhatApplies(shownValues(values));
+    }
+
+    /** Hide the fields that do nothing with these values, and the groups left empty; counts say what shows. */
+    function showWhatApplies(values) {
+        for (const field of document.querySelectorAll('#stbme_sidecar_settings .stbme_field[data-setting]')) {
+            field.hidden = !applies(field.dataset.setting, values);
+        }
+        let total = 0;
+        for (const group of document.querySelectorAll('#stbme_sidecar_settings details.stbme_group')) {
+            const shown = group.querySelectorAll('.stbme_field[data-setting]:not([hidden])').length;
+            group.hidden = shown === 0;
+            const count = group.querySelector(':scope > summary .stbme_count');
+            if (count) count.textContent = ` (${shown})`;
+            total += shown;
+        }
+        const advancedCount = document.querySelector('#stbme_sidecar_settings details.stbme_advanced > summary .stbme_count');
+        if (advancedCount) advancedCount.textContent = ` (${total} settings)`;
     }
 
     /**
@@ -46,10 +85,17 @@ export function createSettingsForm({ sidecarSettings }) {
         field.classList.add('stbme_saving');
         try {
             await sidecarSettings.save(control.name, value);
+            waiting.delete(control.name);
             field.classList.add('stbme_saved');
             setTimeout(() => field.classList.remove('stbme_saved'), 1200);
         } catch (e) {
-            error.textContent = e.field && e.field !== control.name ? `${e.field}: ${e.message}` : e.message;
+            if (e.field && e.field !== control.name && e.status === 400) {
+                // A combination rule: say which field comes first, and send this again once it is saved.
+                waiting.set(control.name, { control, value, field, needs: e.field });
+                error.textContent = `Fill in “${labelFor(e.field)}” first; this is saved right after.`;
+            } else {
+                error.textContent = e.message;
+            }
             throw e;
         } finally {
             field.classList.remove('stbme_saving');
@@ -58,6 +104,13 @@ export function createSettingsForm({ sidecarSettings }) {
             if (error.textContent) {
                 const input = field.querySelector('[data-stbme-server-setting]');
                 if (input && input.type !== 'checkbox' && value !== null) input.value = Array.isArray(value) ? value.join('\n') : String(value);
+                showWhatApplies(shownValues(sidecarSettings.view().values));
+            }
+        }
+        if (!error.textContent) {
+            for (const [name, w] of [...waiting]) {
+                if (w.needs === control.name) await save(w.control, w.value, w.field).catch(() => {});
+                if (waiting.get(name) === w) waiting.delete(name);
             }
         }
     }
@@ -83,8 +136,8 @@ export function createSettingsForm({ sidecarSettings }) {
         const label = control.input === 'checkbox'
             ? h('label', { class: 'checkbox_label', for: id }, [input, h('span', { text: control.label })])
             : h('label', { for: id, text: control.label + range });
-        const field = h('div', { class: 'stbme_field', 'data-setting': control.name, title: control.help }, [
-            h('div', { class: 'stbme_field_head' }, [label, control.perChat ? h('small', { class: 'stbme_badge', text: 'per chat' }) : null, reset]),
+        const field = h('div', { class: 'stbme_field', 'data-setting': control.name }, [
+            h('div', { class: 'stbme_field_head' }, [label, control.perChat ? h('small', { class: 'stbme_badge', text: 'per chat', title: 'Can differ in each chat: pick "This chat" above' }) : null, reset]),
             control.input === 'checkbox' ? null : input,
             h('small', { class: 'stbme_help', text: control.help + (control.restart ? ' (takes effect after a restart of the sidecar)' : '') }),
             h('div', { class: 'stbme_field_error', role: 'alert' }),
@@ -115,14 +168,14 @@ export function createSettingsForm({ sidecarSettings }) {
             // <details>, not a nested inline-drawer: ST's drawer toggle slides every .inline-drawer-content
             // inside the clicked drawer (script.js, '.inline-drawer-toggle' click handler), nested ones included.
             const groups = advanced.map(group => h('details', { class: 'stbme_group', 'data-group': group.group }, [
-                h('summary', {}, [h('b', { text: group.title }), h('small', { class: 'stbme_help', text: ` (${group.controls.length})` })]),
+                h('summary', {}, [h('b', { text: group.title }), h('small', { class: 'stbme_help stbme_count', text: ` (${group.controls.length})` })]),
                 h('div', { class: 'stbme_group_body' }, group.controls.map(renderControl)),
             ]));
             const count = advanced.reduce((n, group) => n + group.controls.length, 0);
             root.replaceChildren(h('div', { class: 'stbme_basic' }, basic.map(renderControl)));
             if (count) {
                 root.append(h('details', { class: 'stbme_advanced' }, [
-                    h('summary', {}, [h('b', { text: 'Advanced' }), h('small', { class: 'stbme_help', text: ` (${count} settings)` })]),
+                    h('summary', {}, [h('b', { text: 'Advanced' }), h('small', { class: 'stbme_help stbme_count', text: ` (${count} settings)` })]),
                     h('div', { class: 'stbme_advanced_body' }, groups),
                 ]));
             }

@@ -1,5 +1,6 @@
 // The status of memory in words: the panel's status line and progress line, and /memory-status.
 
+import { statusReport, syncSummary } from '../lib/wording.js';
 import { $id } from './dom.js';
 import { currentChatId } from './st.js';
 
@@ -22,14 +23,15 @@ export function createStatus({ settings, connection, live, chatSync, lastInjecti
             const cls = { ok: 'ok', proxy: 'proxy', down: 'down', off: 'off' }[status] ?? 'unknown';
             dot.className = `stbme_dot stbme_dot_${cls}`;
             dot.title = connection.label();
-            const parts = [connection.label()];
             const up = status === 'ok' || status === 'proxy';
-            if (up && connection.health?.version) parts.push(`sidecar ${connection.health.version}`);
-            if (status === 'ok' && settings.liveChannel) parts.push(live.state.state === 'open' ? 'live' : 'live channel reconnecting');
+            const label = connection.label();
+            const parts = [label[0].toUpperCase() + label.slice(1)];
+            if (up && settings.liveChannel && live.state.state !== 'open') parts.push('progress updates reconnecting');
             const chatId = currentChatId();
             const lastSync = chatSync.lastSync;
             if (up && chatId && lastSync?.chatId === chatId) {
-                parts.push(`synced ${lastSync.stored_length ?? '?'} messages, memories up to #${lastSync.processed_upto ?? '?'}`);
+                const summary = syncSummary(lastSync);
+                if (summary) parts.push(`this chat: ${summary}`);
             }
             text.textContent = parts.join(' · ');
             text.dataset.state = cls;
@@ -40,27 +42,29 @@ export function createStatus({ settings, connection, live, chatSync, lastInjecti
             }
         },
 
-        /** A few lines about the sidecar and the open chat, for /memory-status. */
+        /** A few lines about memory in the open chat, for /memory-status. */
         async text() {
             const chatId = currentChatId();
-            const lines = [`Sidecar: ${settings.sidecarUrl} (${connection.client.route}) — ${connection.label()}`];
-            if (!settings.enabled) lines.push('Memory is turned off in the ST-BME settings.');
-            if (!chatId) {
-                lines.push('No chat open.');
-                return lines.join('\n');
+            const up = connection.status === 'ok' || connection.status === 'proxy';
+            let status = null;
+            let statusError = '';
+            if (chatId && settings.enabled) {
+                try {
+                    status = await connection.client.status(chatId);
+                } catch (error) {
+                    if (error.status !== 404) statusError = error.message;
+                }
             }
-            try {
-                const s = await connection.client.status(chatId);
-                lines.push(`Chat: ${chatId}`);
-                lines.push(`Messages synced: ${s.messages}; memories: ${s.nodes}; processed up to message ${s.processed_upto}`);
-                lines.push(`Jobs pending: ${s.jobs?.pending ?? 0}, failed: ${s.jobs?.failed ?? 0}${s.jobs?.last_error ? ` (last error: ${s.jobs.last_error})` : ''}`);
-                if (s.index) lines.push(`Index: ${s.index.count ?? 'not loaded'}${s.index.count != null ? ' vectors' : ''}, embedder ${s.index.embedder}`);
-            } catch (error) {
-                lines.push(error.status === 404 ? `Chat ${chatId} is not in the sidecar yet.` : `Status unavailable: ${error.message}`);
-            }
-            const inj = lastInjection();
-            if (inj) lines.push(`Last generation: ${inj.status}${inj.memories ? `, ${inj.memories.length} memories` : ''}${inj.tokens ? `, ${inj.tokens} tokens` : ''}`);
-            return lines.join('\n');
+            return statusReport({
+                connection: connection.label(),
+                version: up ? connection.health?.version : '',
+                problem: connection.status === 'down' ? connection.lastError : '',
+                enabled: settings.enabled,
+                chatOpen: !!chatId,
+                status,
+                statusError,
+                injection: lastInjection(),
+            }).join('\n');
         },
     };
 }

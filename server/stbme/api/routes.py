@@ -91,6 +91,24 @@ async def list_nodes(request):
         contains=request.query.get("q") or None, archived=None if archived == "all" else archived == "true"))
 
 
+async def remembered_messages(request):
+    """Which messages have memories (the in-chat marker): ?from=&to= (message indexes, both included)."""
+    first = int_query(request, "from", 0, 0, 10**9)
+    last = int_query(request, "to", first + 199, 0, 10**9)
+    return json_response(await _svc(request).memories.remembered(chat_id(request), first, last))
+
+
+async def message_memories(request):
+    raw = request.match_info["index"]
+    if not raw.isdigit() or len(raw) > 9:
+        raise BadRequest("the message index must be a whole number from 0", field="index")
+    return json_response(await _svc(request).memories.of_message(chat_id(request), int(raw)))
+
+
+async def memory_types(request):
+    return json_response({"types": _svc(request).memories.types()})
+
+
 async def create_node(request):
     chat = chat_id(request)
     memory = parse_new_memory(await read_json(request), max_chars=_max_chars(request))
@@ -161,6 +179,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/v1/settings", get_settings)
     r.add_put("/v1/settings", put_settings)
     r.add_get("/v1/settings/schema", settings_schema)
+    r.add_get("/v1/memory-types", memory_types)
     r.add_get("/v1/chats", list_chats)
     chat = "/v1/chats/{chat_id}"
     r.add_delete(chat, delete_chat)
@@ -169,6 +188,8 @@ def setup_routes(app: web.Application) -> None:
     r.add_put(chat + "/settings", put_chat_settings)
     r.add_post(chat + "/sync", sync)
     r.add_post(chat + "/recall", recall)
+    r.add_get(chat + "/messages/memories", remembered_messages)
+    r.add_get(chat + "/messages/{index}/memories", message_memories)
     r.add_get(chat + "/nodes", list_nodes)
     r.add_post(chat + "/nodes", create_node)
     r.add_get(chat + "/nodes/{node_id}", get_node)

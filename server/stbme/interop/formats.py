@@ -37,7 +37,7 @@ class ImportedGraph:
     messages: list[Message] | None = None
     derived: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # new node/edge id -> range
     degraded_from: int | None = None
-    llm_upto: int = -1               # how far the memory LLM had read the chat (extract.llm_every)
+    llm_upto: int = -1               # how far the memory LLM had read the chat (extract.every)
 
 
 @dataclasses.dataclass

@@ -32,6 +32,9 @@ from ..store.queries import message_count
 from .sync import Message, load_messages
 
 MAX_BATCH_MESSAGES = 16
+# A batch ends at a reply: every message gets its own memories at once. How often the memory LLM reads the
+# new messages (extract.every replies) is the extraction stage's own decision (pipeline/extract.py `_due`).
+REPLIES_PER_BATCH = 1
 IndexChanges = Callable[[str, set[str]], Awaitable[None]]
 
 
@@ -146,18 +149,16 @@ def _finish(conn: sqlite3.Connection, ctx: BatchContext) -> None:
                      (ctx.start, ctx.start, ctx.chat_id))
 
 
-def batch_end(messages: list[Message], every: int, *, single_group: bool = False, seen: int = 0,
+def batch_end(messages: list[Message], every: int, *, single_group: bool = False,
               cut: Callable[[Message], bool] | None = None) -> int | None:
     """Last index of the next batch: through the `every`-th pending assistant message (several groups
     at once when many are pending, up to MAX_BATCH_MESSAGES messages). None: not enough yet.
 
     `single_group`: exactly one group, so batch boundaries depend on the messages alone, never on how
     many were pending (LLM stages need this: a replay after a rollback must cut the same batches).
-    `seen`: assistant messages before the first one, so groups end on the chat's grid (every `every`-th
-    assistant message of the chat) even when processing restarts inside a group.
     `cut(message)`: the group holding such a message ends the batch (its `after` work must come before
     later groups are read, as when each group is its own batch)."""
-    end, cut_here = None, False
+    end, cut_here, seen = None, False, 0
     for count, msg in enumerate(messages, 1):
         cut_here = cut_here or (cut is not None and cut(msg))
         if msg.role == "assistant":
@@ -171,25 +172,17 @@ def batch_end(messages: list[Message], every: int, *, single_group: bool = False
     return end
 
 
-def _grid(conn: sqlite3.Connection, chat_id: str, start: int, every: int) -> tuple[int, int]:
-    """Where `start` sits on the chat's grid of groups (a group ends at every `every`-th assistant message
-    of the chat): (assistant messages of its group before it, the first message of its group)."""
-    if every == 1:  # every assistant message ends a group: no need to count them
-        seen = 0
-    else:
-        before = conn.execute("SELECT count(*) FROM messages WHERE chat_id = ? AND idx < ? AND role = 'assistant'",
-                              (chat_id, start)).fetchone()[0]
-        seen = before % every
-        if before == seen:
-            return seen, 0
+def _group_start(conn: sqlite3.Connection, chat_id: str, start: int) -> int:
+    """The first message of the group `start` falls in: a group ends at each reply (REPLIES_PER_BATCH), so
+    it starts after the last reply before `start` (processing restarts inside a group after some rollbacks)."""
     row = conn.execute("SELECT idx FROM messages WHERE chat_id = ? AND idx < ? AND role = 'assistant'"
-                       " ORDER BY idx DESC LIMIT 1 OFFSET ?", (chat_id, start, seen)).fetchone()
-    return seen, (row[0] + 1 if row else 0)
+                       " ORDER BY idx DESC LIMIT 1", (chat_id, start)).fetchone()
+    return row[0] + 1 if row else 0
 
 
-def _groups(messages: list[Message], every: int, seen: int, first: int, end: int) -> list[tuple[int, int]]:
-    """The groups of the batch through `end`: each ends at an `every`-th assistant message of the grid."""
-    groups, start = [], first
+def _groups(messages: list[Message], every: int, first: int, end: int) -> list[tuple[int, int]]:
+    """The groups of the batch through `end`: each ends at an `every`-th assistant message."""
+    groups, start, seen = [], first, 0
     for msg in messages:
         if msg.index > end:
             break
@@ -211,9 +204,8 @@ def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None,
     if end_fn:
         end = end_fn(messages, every)
     else:  # merged groups, each journaled as its own (BatchContext.range_of)
-        seen, first = _grid(conn, chat_id, start, every)
-        end = batch_end(messages, every, seen=seen, cut=cut)
-        groups = _groups(messages, every, seen, first, end) if end is not None else []
+        end = batch_end(messages, every, cut=cut)
+        groups = _groups(messages, every, _group_start(conn, chat_id, start), end) if end is not None else []
     if end is None:
         return None
     total = message_count(conn, chat_id)
@@ -241,8 +233,7 @@ class BatchRunner:
         cuts = [getattr(s, "cuts_batch") for s in stages if hasattr(s, "cuts_batch")]
         cut = (lambda msg: any(fn(msg, setting) for fn in cuts)) if cuts else None
         while True:
-            picked = await self.store.read(lambda conn: _read_batch(conn, chat_id, setting("extract.every"), end_fn,
-                                                                    cut))
+            picked = await self.store.read(lambda conn: _read_batch(conn, chat_id, REPLIES_PER_BATCH, end_fn, cut))
             if picked is None:
                 return None
             *picked, groups = picked

@@ -6,7 +6,7 @@ its words), they cost no tokens, and recall keeps working when the LLM is down. 
 abstractions: who is who, where, what changed, what rules hold.
 
 The LLM reads several replies at once: a batch is one assistant message (its per-message memories are made
-at once), and the extraction runs when `extract.llm_every` replies have come since its last run, or earlier
+at once), and the extraction runs when `extract.every` replies have come since its last run, or earlier
 on a plot turn (the smart trigger), over all of them. Its changes are journaled with that whole range, so an
 edit of any message it read undoes it (store/journal.py moves the cut back to the range's start).
 
@@ -88,14 +88,14 @@ class ExtractStage(LLMStage):
 
     # -- batch boundaries ---------------------------------------------------------------------------
     def batch_end(self, messages: list[Message], every: int, setting) -> int | None:
-        """Exactly one group of `extract.every` assistant messages: batch boundaries depend on the messages
-        alone, never on how many were pending, so a replay after a rollback cuts the same batches."""
+        """Exactly one group of `every` assistant messages: batch boundaries depend on the messages alone,
+        never on how many were pending, so a replay after a rollback cuts the same batches."""
         return batch_end(messages, every, single_group=True)
 
     def _due(self, pending: list[Message], setting) -> bool:
-        """Is the LLM extraction due over the messages since its last run? After `extract.llm_every`
+        """Is the LLM extraction due over the messages since its last run? After `extract.every`
         assistant messages, or earlier when the smart trigger scores them as an important turn."""
-        every = setting("extract.llm_every")
+        every = setting("extract.every")
         if sum(m.role == "assistant" for m in pending) >= every:
             return True
         return every > 1 and setting("extract.smart_trigger") and smart_score(

@@ -2,7 +2,7 @@
 synopsis, reflections, and hierarchical compression of old LLM events, threads and reflections.
 
 Cadences count assistant messages, not runs: maintenance runs when a batch crosses a multiple of
-`N x extract.llm_every` assistant messages. That is "every N extractions", derived from the chat itself,
+`N x extract.every` assistant messages. That is "every N extractions", derived from the chat itself,
 so a replay after a rollback runs the same maintenance at the same places (no counter to undo).
 Every write goes through ctx.write (journaled with the batch's range). A failed task degrades: logged,
 noticed, the other tasks still run.
@@ -44,7 +44,7 @@ class MaintainStage(LLMStage):
         if not ctx.data.get("llm_range"):
             return  # maintenance follows the LLM extraction's runs
         llm_from, _ = ctx.data["llm_range"]
-        every = ctx.setting("extract.llm_every")
+        every = ctx.setting("extract.every")
         before, through = await self.store.read(lambda conn: tuple(conn.execute(
             "SELECT count(*) FILTER (WHERE idx < ?), count(*) FROM messages WHERE chat_id = ? AND role = 'assistant'"
             " AND idx <= ?", (llm_from, ctx.chat_id, ctx.end)).fetchone()))

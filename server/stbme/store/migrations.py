@@ -5,6 +5,7 @@ A shipped migration is never edited; a change of schema is a new function at the
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from typing import Callable
@@ -298,6 +299,45 @@ def m007_ingest_indexes(conn: sqlite3.Connection) -> None:
         CREATE INDEX nodes_by_seq ON nodes (chat_id, seq_to)
         """
     )
+
+
+@migration
+def m008_one_extract_every(conn: sqlite3.Connection) -> None:
+    """`extract.every` (replies per batch) and `extract.llm_every` (replies per LLM extraction) became one
+    setting, `extract.every`: how many replies the memory LLM waits for. A stored pair becomes the cadence it
+    ran at (the LLM ran at the first batch end after `llm_every` replies: every * ceil(llm_every / every)),
+    for all chats and for each chat with its own value of either."""
+    def stored(scope: str) -> dict[str, int]:
+        out = {}
+        for name, raw in conn.execute("SELECT name, value FROM settings WHERE scope = ? AND name IN"
+                                      " ('extract.every', 'extract.llm_every')", (scope,)):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 50:
+                out[name] = value
+        return out
+
+    def cadence(every: int, llm_every: int) -> int:
+        return min(50, every * -(-llm_every // every))
+
+    glob = stored("")
+    glob_every, glob_llm = glob.get("extract.every", 1), glob.get("extract.llm_every", 3)
+    scopes = [row[0] for row in conn.execute(
+        "SELECT DISTINCT scope FROM settings WHERE name IN ('extract.every', 'extract.llm_every')")]
+    for scope in scopes:
+        own = stored(scope)
+        conn.execute("DELETE FROM settings WHERE scope = ? AND name IN ('extract.every', 'extract.llm_every')",
+                     (scope,))
+        if scope == "":
+            value = cadence(glob_every, glob_llm)
+        elif own:
+            value = cadence(own.get("extract.every", glob_every), own.get("extract.llm_every", glob_llm))
+        else:
+            continue  # only unreadable values: the chat follows the global setting
+        conn.execute("INSERT INTO settings (scope, name, value) VALUES (?, 'extract.every', ?)",
+                     (scope, json.dumps(value)))
 
 
 @hub_migration

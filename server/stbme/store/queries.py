@@ -129,6 +129,31 @@ def nodes_page(conn: sqlite3.Connection, chat_id: str, *, offset: int, limit: in
     return total, rows
 
 
+def type_counts(conn: sqlite3.Connection, chat_id: str, archived: bool | None = False) -> dict[str, int]:
+    """How many memories of each type the chat has (archived ones, or active ones, or all)."""
+    where, args = "chat_id = ?", [chat_id]
+    if archived is not None:
+        where += " AND archived = ?"
+        args.append(int(archived))
+    return {r[0]: r[1] for r in conn.execute(
+        f"SELECT type, count(*) FROM nodes WHERE {where} GROUP BY type ORDER BY type", args)}
+
+
+def ranges_covering(conn: sqlite3.Connection, chat_id: str, first: int, last: int) -> list[tuple[int, int]]:
+    """The message ranges of the chat's active memories that reach into messages first..last."""
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT seq_from, seq_to FROM nodes WHERE chat_id = ? AND seq_to >= ? AND seq_from <= ? AND archived = 0",
+        (chat_id, first, last))]
+
+
+def nodes_of_message(conn: sqlite3.Connection, chat_id: str, index: int, limit: int) -> list[sqlite3.Row]:
+    """The chat's active memories whose message range holds message `index`: the message's own first, then
+    those drawn from more messages (LLM extractions, summaries), in the order they were made."""
+    return conn.execute(
+        "SELECT * FROM nodes WHERE chat_id = ? AND seq_to >= ? AND seq_from <= ? AND archived = 0"
+        " ORDER BY seq_to - seq_from, created_at, id LIMIT ?", (chat_id, index, index, limit)).fetchall()
+
+
 def node_row(conn: sqlite3.Connection, chat_id: str, node_id: str) -> sqlite3.Row | None:
     return conn.execute("SELECT * FROM nodes WHERE id = ? AND chat_id = ?", (node_id, chat_id)).fetchone()
 

@@ -13,8 +13,14 @@ from ..graph.schema import NODE_TYPES, RELATIONS, Strength
 from ..index import ChatIndexes
 from ..store import Store
 from ..store.events import record_event
-from ..store.queries import edges_of, node_row, nodes_page, require_node
+from ..store.queries import (chat_row, edges_of, node_row, nodes_of_message, nodes_page, ranges_covering,
+                             require_node, type_counts)
 from .embedding import Embedding
+
+# Most messages one "which messages are remembered" read covers (the extension asks for the messages ST shows).
+MAX_MESSAGE_SPAN = 2000
+# Most memories listed for one message (a long message is several events; LLM memories and summaries add a few).
+MAX_MESSAGE_MEMORIES = 50
 
 NODE_ACTIONS: dict[str, dict[str, bool]] = {
     "pin": {"pinned": True}, "unpin": {"pinned": False}, "lock": {"locked": True},
@@ -66,10 +72,46 @@ class Memories:
         def read(conn):
             total, rows = nodes_page(conn, chat_id, offset=offset, limit=limit, type_=type_, contains=contains,
                                      archived=archived)
-            return total, [node_from_row(r).to_json() for r in rows]
+            return total, [node_from_row(r).to_json() for r in rows], type_counts(conn, chat_id, archived)
 
-        total, nodes = await self.store.read(read)
-        return {"nodes": nodes, "total": total, "offset": offset, "limit": limit}
+        total, nodes, types = await self.store.read(read)
+        # `types`: what the chat holds by type (same archived filter, before the type and text filters).
+        return {"nodes": nodes, "total": total, "offset": offset, "limit": limit, "types": types}
+
+    async def remembered(self, chat_id: str, first: int, last: int) -> dict:
+        """Which of messages first..last have memories, and how many: the chat's per-message marker.
+        `processed_upto` tells the messages not processed yet from those with nothing remembered."""
+        if last < first:
+            raise BadRequest("'to' must not be below 'from'", field="to")
+        if last - first >= MAX_MESSAGE_SPAN:
+            raise BadRequest(f"at most {MAX_MESSAGE_SPAN} messages at once", field="to")
+
+        def read(conn):
+            row = chat_row(conn, chat_id)
+            return (row["processed_upto"] if row else -1), ranges_covering(conn, chat_id, first, last)
+
+        processed_upto, ranges = await self.store.read(read)
+        counts = [0] * (last - first + 2)  # a difference array: a summary of a thousand messages is two steps
+        for seq_from, seq_to in ranges:
+            counts[max(seq_from, first) - first] += 1
+            counts[min(seq_to, last) - first + 1] -= 1
+        messages, running = [], 0
+        for offset in range(last - first + 1):
+            running += counts[offset]
+            if running:
+                messages.append({"index": first + offset, "memories": running})
+        return {"processed_upto": processed_upto, "from": first, "to": last, "messages": messages}
+
+    async def of_message(self, chat_id: str, index: int) -> dict:
+        """The memories behind message `index`: its own, then those drawn from it and other messages."""
+        rows = await self.store.read(lambda conn: nodes_of_message(conn, chat_id, index, MAX_MESSAGE_MEMORIES))
+        return {"index": index, "memories": [node_from_row(r).to_json() for r in rows]}
+
+    @staticmethod
+    def types() -> list[dict]:
+        """The memory types and their fields (graph/schema.py), for filters and editors."""
+        return [{"name": t.name, "columns": list(t.columns), "required": list(t.required), "section": t.section}
+                for t in NODE_TYPES.values()]
 
     async def get(self, chat_id: str, node_id: str) -> dict:
         return node_from_row(await self.store.read(lambda conn: require_node(conn, chat_id, node_id))).to_json()

@@ -26,8 +26,9 @@ class ChatSync:
         result = await self.store.write(lambda conn: apply_sync(conn, chat_id, req, extract_enabled=extract))
         if result.touched_nodes:
             await self.indexes.apply(chat_id, result.touched_nodes)
-            self.live.notice("info", f"chat changed at message {result.diverged_at}: "
-                             f"{result.rolled_back} memory changes undone, rebuilding", chat_id)
+            # Routine (an edit, a swipe, a deletion): said as what happens, not as an alarm.
+            self.live.notice("info", f"message {result.diverged_at} changed: updating the memories from there on",
+                             chat_id)
         if result.queued:
             self.wake_worker()
         return result.to_json()

@@ -11,11 +11,20 @@ import { waitFor } from '../support/wait.mjs';
 
 export { waitFor };
 
+/**
+ * The deadline of every wait in the e2e tests. Beside three numpy matmul loops and three `yes` (load about
+ * 10 on 2 cores) the suite runs about 8 times slower than idle; a step that takes 10 s idle must still fit.
+ */
+export const LOADED_MS = 120000;
+/** A sidecar's start (Python, the bundled model) took more than 60 s at load 28 on 2 cores. */
+export const STARTUP_MS = 240000;
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(here, '../../..');
 export const EXTENSION_DIR = path.join(REPO, 'st_extension');
 export const HOST_DIR = path.join(here, 'host');
 export const SCREENSHOTS = path.join(here, 'screenshots');
+const FONT_AWESOME = path.join(here, '..', 'node_modules', '@fortawesome', 'fontawesome-free');
 /** ST serves a third-party extension from here (extensions.js addExtensionScript). */
 export const EXTENSION_URL_PATH = '/scripts/extensions/third-party/st-bme-sidecar';
 export const REPO_LAYOUT_URL_PATH = '/scripts/extensions/third-party/st-bme-sidecar-repo';
@@ -64,7 +73,7 @@ export async function startSidecar({ origins, settings = {}, dataDir, port } = {
             const res = await fetch(`${url}/health`);
             const data = await res.json();
             return data.ok === true;
-        }, { timeoutMs: 60000, intervalMs: 300, what: `the sidecar at ${url}` });
+        }, { timeoutMs: STARTUP_MS, intervalMs: 300, what: `the sidecar at ${url}` });
     } catch (error) {
         child.kill('SIGKILL');
         if (exited !== null || /exited/.test(error.message)) throw error;
@@ -94,6 +103,9 @@ export async function startStHost({ sidecarUrl, port = 0 }) {
     app.get('/', (req, res) => res.sendFile(path.join(HOST_DIR, 'index.html')));
     app.get('/script.js', (req, res) => res.type('text/javascript').sendFile(path.join(HOST_DIR, 'script.js')));
     app.use('/host', express.static(HOST_DIR, noCache));
+    // ST serves Font Awesome Free 6.5.2 from public/css and public/webfonts (index.html:23-24).
+    app.use('/css', express.static(path.join(FONT_AWESOME, 'css')));
+    app.use('/webfonts', express.static(path.join(FONT_AWESOME, 'webfonts')));
     app.use(EXTENSION_URL_PATH, express.static(EXTENSION_DIR, noCache));
     // The layout of "Install extension" from the repository URL: ST clones the whole repository, so its
     // manifest.json sits at the root and points into st_extension/ (see fixtures/repo-root-manifest.json).
@@ -123,6 +135,7 @@ export async function launchBrowser() {
     const context = await chromium.launchPersistentContext(userDataDir, {
         executablePath,
         headless: true,
+        timeout: STARTUP_MS,
         viewport: { width: 520, height: 900 },
         args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
             '--disable-background-networking', '--disable-component-update', '--disable-sync'],

@@ -36,3 +36,41 @@ test('field names read as words', () => {
     assert.equal(fieldLabel('core_note'), 'Core note');
     assert.equal(fieldLabel('some_new_field'), 'Some new field');
 });
+
+test('every memory type has words; the filter lists the types the chat has, with counts, in the schema order', async () => {
+    const { TYPE_LABELS, typeLabel, typeOptions } = await import('../../../st_extension/lib/memory_view.js');
+    for (const type of ['event', 'character', 'location', 'entity', 'rule', 'thread', 'synopsis', 'reflection', 'summary',
+        'pov_memory', 'correction', 'preference', 'decision', 'error', 'workflow']) {
+        assert.ok(TYPE_LABELS[type], type);
+        assert.doesNotMatch(typeLabel(type), /_/);
+    }
+    assert.equal(typeLabel('new_kind'), 'New kind');
+    const types = [{ name: 'event' }, { name: 'character' }, { name: 'entity' }, { name: 'pov_memory' }];
+    assert.deepEqual(typeOptions({ pov_memory: 1, character: 2, event: 12, rule: 0 }, types), [
+        { value: 'event', text: 'Event (12)' }, { value: 'character', text: 'Character (2)' }, { value: 'pov_memory', text: 'Point of view (1)' },
+    ]);
+});
+
+test("a long message's pieces read as one row, in the order they were made", async () => {
+    const { groupPieces } = await import('../../../st_extension/lib/memory_view.js');
+    const piece = (id, created, extra = {}) => ({ id, type: 'event', source: 'heuristic', seq_range: [0, 0], created_at: created, fields: { speaker: 'Elena' }, pinned: false, locked: false, archived: false, ...extra });
+    const rows = groupPieces([piece('b', 2), piece('a', 1), { id: 'c', type: 'character', seq_range: [0, 0], fields: {} }, piece('d', 3, { seq_range: [1, 1] })]);
+    assert.deepEqual(rows.map(r => r.map(n => n.id)), [['a', 'b'], ['c'], ['d']]);
+    assert.deepEqual(groupPieces([piece('x', 1), piece('y', 2, { pinned: true })]).map(r => r.length), [1, 1], 'a pinned piece stands alone');
+});
+
+test('the editor offers every field of the type, lists as comma-separated text, and sends only changes', async () => {
+    const { editorFields, editedFields } = await import('../../../st_extension/lib/memory_view.js');
+    const event = { columns: ['title', 'summary', 'participants', 'status', 'speaker'], required: ['summary'] };
+    const node = { type: 'event', fields: { summary: 'Elena hid the key.', participants: ['Elena', 'Alex'], speaker: 'Elena', context: 'in the chapel' } };
+    const fields = editorFields(node, event);
+    assert.deepEqual(fields.map(f => f.key), ['title', 'summary', 'participants', 'status', 'speaker', 'context']);
+    assert.deepEqual(fields.map(f => f.label), ['Title', 'Summary', 'Participants', 'Status', 'Speaker', 'Context']);
+    assert.equal(fields.find(f => f.key === 'participants').value, 'Elena, Alex');
+    assert.equal(fields.find(f => f.key === 'summary').required, true);
+    const texts = Object.fromEntries(fields.map(f => [f.key, f.value]));
+    assert.deepEqual(editedFields(fields, texts), {});
+    assert.deepEqual(editedFields(fields, { ...texts, title: 'The key', participants: 'Elena, Alex, Mira', context: '' }),
+        { title: 'The key', participants: ['Elena', 'Alex', 'Mira'], context: null });
+    assert.deepEqual(editorFields({ fields: { summary: 'x', flag: true } }, null).map(f => f.key), ['summary'], 'without the type: its text fields');
+});

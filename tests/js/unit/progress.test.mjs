@@ -32,3 +32,11 @@ test('missing or odd fields never throw', () => {
     assert.equal(progressText(null), 'Remembering: 0/0 messages (100%)');
     assert.equal(progressText({ messages: { done: 'x' } }), 'Remembered: 0/0 messages (100%)');
 });
+
+test('a long ingest shows in the chat; a few new replies do not', async () => {
+    const { isLongRun } = await import('../../../st_extension/lib/progress.js');
+    assert.equal(isLongRun({ messages: { done: 0, total: 30 }, embedding: { done: 0, total: 0 }, working: true }), true);
+    assert.equal(isLongRun({ messages: { done: 28, total: 30 }, embedding: { done: 5, total: 60 }, working: true }), true, 'embedding left');
+    assert.equal(isLongRun({ done: 41, total: 42, embedded: 80, embed_total: 82 }), false);
+    assert.equal(isLongRun({ messages: { done: 0, total: 300 }, working: false }), false, 'not working');
+});

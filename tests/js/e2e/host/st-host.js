@@ -479,13 +479,13 @@ function getMessageTimeStamp() {
     return new Date().toISOString();
 }
 
-/** script.js:4894-4940 (append branch): push, then MESSAGE_SENT, render, USER_MESSAGE_RENDERED, save. */
+/** script.js:4894-4940 (append branch): push, then MESSAGE_SENT, addOneMessage, USER_MESSAGE_RENDERED, save. */
 export async function sendMessageAsUser(messageText) {
     const message = { name: name1, is_user: true, is_system: false, send_date: getMessageTimeStamp(), mes: messageText, extra: {} };
     chat.push(message);
     const chat_id = chat.length - 1;
     await eventSource.emit(event_types.MESSAGE_SENT, chat_id);
-    renderChat();
+    addOneMessage(message);
     await eventSource.emit(event_types.USER_MESSAGE_RENDERED, chat_id);
     saveChat();
     return message;
@@ -534,9 +534,9 @@ export async function Generate(type, { text } = {}, dryRun = false) {
         textareaText = String(textarea.value);
         textarea.value = '';
     } else if (chat.length && !chat[chat.length - 1].is_user && type !== 'quiet' && type !== 'swipe' && type !== 'impersonate' && type !== 'continue' && !dryRun) {
-        // script.js:3527-3531
+        // script.js:3527-3531 (removeLastMessage, 3393-3404: the last .mes element goes)
         chat.length = chat.length - 1;
-        renderChat();
+        document.querySelector('#chat > .mes:last-of-type')?.remove();
         await eventSource.emit(event_types.MESSAGE_DELETED, chat.length);
     }
     if (textareaText !== '' && type !== 'quiet' && !dryRun) {
@@ -584,53 +584,67 @@ async function saveReply(type, getMessage) {
             last.swipes[last.swipe_id] = getMessage;
             const chat_id = chat.length - 1;
             await eventSource.emit(event_types.MESSAGE_RECEIVED, chat_id, type);
-            renderChat();
+            addOneMessage(chat[chat_id], { type: 'swipe' });
             await eventSource.emit(event_types.CHARACTER_MESSAGE_RENDERED, chat_id, type);
         }
     } else if ((type === 'continue' || type === 'append') && last) {
         last.mes += getMessage;
         const chat_id = chat.length - 1;
         await eventSource.emit(event_types.MESSAGE_RECEIVED, chat_id, type);
-        renderChat();
+        addOneMessage(chat[chat_id], { type: 'swipe' });
         await eventSource.emit(event_types.CHARACTER_MESSAGE_RENDERED, chat_id, type);
     } else {
         chat.push({ name: name2, is_user: false, is_system: false, send_date: getMessageTimeStamp(), mes: getMessage, swipe_id: 0, swipes: [getMessage], extra: {} });
         const chat_id = chat.length - 1;
         await eventSource.emit(event_types.MESSAGE_RECEIVED, chat_id, type);
-        renderChat();
+        addOneMessage(chat[chat_id]);
         await eventSource.emit(event_types.CHARACTER_MESSAGE_RENDERED, chat_id, type);
     }
     saveChat();
 }
 
-/** script.js:6863-6870 `messageEditDone`: updateMessage writes chat[id].mes, then MESSAGE_EDITED(id). */
+/**
+ * script.js:6863-6890 `messageEditDone`: updateMessage writes chat[id].mes, MESSAGE_EDITED(id), then the
+ * message's .mes_text is drawn again (nothing else of the message element changes).
+ */
 export async function editMessage(id, text) {
     chat[id].mes = text;
     if (Array.isArray(chat[id].swipes)) chat[id].swipes[chat[id].swipe_id ?? 0] = text;
     await eventSource.emit(event_types.MESSAGE_EDITED, id);
-    renderChat();
+    updateMessageBlock(id, chat[id]);
     saveChat();
 }
 
-/** script.js:10272-10285 (delete mode): cut the chat at `from`, then MESSAGE_DELETED(chat.length). */
+/**
+ * script.js:10268-10290 (delete mode, "#dialogue_del_mes_ok"): the elements from `from` on are removed, the
+ * chat is cut there, then MESSAGE_DELETED(chat.length).
+ */
 export async function deleteMessagesFrom(from) {
+    for (const el of document.querySelectorAll('#chat .mes')) {
+        if (Number(el.getAttribute('mesid')) >= from) el.remove();
+    }
     chat.length = from;
-    saveChat();
-    renderChat();
-    await eventSource.emit(event_types.MESSAGE_DELETED, chat.length);
-}
-
-/** script.js:10688-10702 (".mes_edit_delete"): splice one message, then MESSAGE_DELETED(chat.length). */
-export async function deleteMessage(id) {
-    chat.splice(id, 1);
-    renderChat();
     saveChat();
     await eventSource.emit(event_types.MESSAGE_DELETED, chat.length);
 }
 
 /**
- * script.js:8415-8560 `swipe_right`: to a stored swipe -> mes = swipes[id], MESSAGE_SWIPED(chat.length - 1);
- * past the last one -> MESSAGE_SWIPED, then Generate('swipe') fills the new slot.
+ * script.js:10660-10702 (".mes_edit_delete"): splice one message, remove its element, renumber the rest
+ * (7723-7735 `updateViewMessageIds`: each .mes gets mesid = first shown id + its position), then
+ * MESSAGE_DELETED(chat.length).
+ */
+export async function deleteMessage(id) {
+    chat.splice(id, 1);
+    document.querySelector(`#chat .mes[mesid="${id}"]`)?.remove();
+    updateViewMessageIds(id === 0);
+    saveChat();
+    await eventSource.emit(event_types.MESSAGE_DELETED, chat.length);
+}
+
+/**
+ * script.js:8415-8560 `swipe_right`: to a stored swipe -> mes = swipes[id], the last message drawn again
+ * (addOneMessage type 'swipe'), MESSAGE_SWIPED(chat.length - 1); past the last one -> MESSAGE_SWIPED, then
+ * Generate('swipe') fills the new slot.
  */
 export async function swipeRight() {
     const last = chat[chat.length - 1];
@@ -644,18 +658,18 @@ export async function swipeRight() {
         return Generate('swipe');
     }
     last.mes = last.swipes[last.swipe_id];
-    renderChat();
+    addOneMessage(last, { type: 'swipe' });
     await eventSource.emit(event_types.MESSAGE_SWIPED, chat.length - 1);
     return null;
 }
 
-/** script.js:8600-ish `swipe_left`: back to the previous stored swipe, MESSAGE_SWIPED(chat.length - 1). */
+/** script.js:8281-8410 `swipe_left`: back to the previous stored swipe, drawn again, MESSAGE_SWIPED(chat.length - 1). */
 export async function swipeLeft() {
     const last = chat[chat.length - 1];
     if (!last.swipe_id) return;
     last.swipe_id--;
     last.mes = last.swipes[last.swipe_id];
-    renderChat();
+    addOneMessage(last, { type: 'swipe' });
     await eventSource.emit(event_types.MESSAGE_SWIPED, chat.length - 1);
 }
 
@@ -666,7 +680,8 @@ function saveChat() {
 
 /**
  * script.js:6243-6305 `getChat`/`getChatResult` (and group-chats.js:220-260 for groups): replace the chat,
- * CHAT_CHANGED(getCurrentChatId()), then for a fresh chat with only the greeting, MESSAGE_RECEIVED(0).
+ * clearChat + printMessages, CHAT_CHANGED(getCurrentChatId()), then for a chat with only the greeting,
+ * MESSAGE_RECEIVED(0) and CHARACTER_MESSAGE_RENDERED(0).
  */
 async function loadCurrentChat() {
     const id = getCurrentChatId();
@@ -678,11 +693,15 @@ async function loadCurrentChat() {
         fresh = true;
     }
     name2 = selected_group ? 'Party' : characters[this_chid].name;
-    renderChat();
+    clearChat();
+    printMessages();
     saveChat();
     await eventSource.emit(event_types.CHAT_CHANGED, getCurrentChatId());
     if (fresh) await eventSource.emit(event_types.CHAT_CREATED);
-    if (chat.length === 1) await eventSource.emit(event_types.MESSAGE_RECEIVED, 0, 'first_message');
+    if (chat.length === 1) {
+        await eventSource.emit(event_types.MESSAGE_RECEIVED, 0, 'first_message');
+        await eventSource.emit(event_types.CHARACTER_MESSAGE_RENDERED, 0, 'first_message');
+    }
 }
 
 /** Select a character (its current chat), as the character list click does. */
@@ -717,16 +736,81 @@ export async function deleteGroupChat(chatId) {
     await eventSource.emit(event_types.GROUP_CHAT_DELETED, chatId);
 }
 
-function renderChat() {
-    const el = document.getElementById('chat');
-    if (!el) return;
-    el.replaceChildren(...chat.map((m, i) => {
-        const div = document.createElement('div');
-        div.className = 'mes';
-        div.setAttribute('mesid', String(i));
-        div.textContent = `${m.name}: ${m.mes}`;
-        return div;
-    }));
+// ---------------------------------------------------------------- the chat's DOM (script.js:535, 1775-1860, 2125-2440)
+/** script.js:535: the message template (index.html #message_template), cloned for every message. */
+const messageTemplate = () => document.querySelector('#message_template .mes');
+
+/** script.js:1849-1853 `clearChat`: every child of #chat goes. */
+function clearChat() {
+    document.getElementById('chat')?.replaceChildren();
+}
+
+/** script.js:1804-1846 `printMessages`: every message (no chat truncation here), then the last one marked. */
+function printMessages() {
+    chat.forEach((item, i) => addOneMessage(item, { scroll: false, forceId: i, showSwipes: false }));
+    markLastMessage();
+}
+
+function markLastMessage() {
+    const all = document.querySelectorAll('#chat .mes');
+    for (const el of all) el.classList.remove('last_mes');
+    all[all.length - 1]?.classList.add('last_mes');
+}
+
+/** script.js:2125-2168 `getMessageFromTemplate`: a clone with the message's attributes, name, time and id. */
+function getMessageFromTemplate({ mesId, swipeId, characterName, isUser, isSystem, timestamp }) {
+    const mes = messageTemplate().cloneNode(true);
+    for (const [name, value] of Object.entries({
+        mesid: mesId, swipeid: swipeId, ch_name: characterName, is_user: isUser, is_system: !!isSystem,
+        bookmark_link: '', force_avatar: false, timestamp,
+    })) mes.setAttribute(name, String(value));
+    mes.querySelector('.ch_name .name_text').textContent = characterName;
+    mes.querySelector('.timestamp').textContent = timestamp;
+    mes.querySelector('.mesIDDisplay').textContent = `#${mesId}`;
+    return mes;
+}
+
+/**
+ * script.js:2278-2440 `addOneMessage`: a new message element appended to #chat (its text put into .mes_text);
+ * type 'swipe' draws the last message's text and time again in its existing element instead. Message text
+ * is shown as text here (ST's messageFormatting renders markdown).
+ */
+function addOneMessage(mes, { type = 'normal', forceId = null } = {}) {
+    const chatElement = document.getElementById('chat');
+    if (!chatElement) return;
+    const timestamp = mes.send_date ?? '';
+    const mesId = forceId ?? chat.length - 1;
+    if (type === 'swipe') {
+        const swipeMessage = chatElement.querySelector(`[mesid="${chat.length - 1}"]`);
+        if (!swipeMessage) return;
+        swipeMessage.setAttribute('swipeid', String(mes.swipe_id ?? 0));
+        swipeMessage.querySelector('.mes_text').textContent = mes.mes;
+        swipeMessage.querySelector('.timestamp').textContent = timestamp;
+        return;
+    }
+    const rendered = getMessageFromTemplate({
+        mesId, swipeId: mes.swipe_id ?? 0, characterName: mes.name, isUser: mes.is_user, isSystem: mes.is_system, timestamp,
+    });
+    chatElement.append(rendered);
+    chatElement.querySelector(`[mesid="${mesId}"] .mes_text`).append(mes.mes);
+    markLastMessage();
+}
+
+/** script.js:2170-2176 `updateMessageBlock`: only the message's .mes_text is drawn again. */
+function updateMessageBlock(messageId, message) {
+    const el = document.querySelector(`#chat [mesid="${messageId}"] .mes_text`);
+    if (el) el.textContent = message?.extra?.display_text ?? message.mes;
+}
+
+/** script.js:7723-7735 `updateViewMessageIds`: mesid = the first shown id + the element's position. */
+function updateViewMessageIds(startFromZero = false) {
+    const ids = [...document.querySelectorAll('#chat .mes')].map(el => Number(el.getAttribute('mesid'))).filter(x => !Number.isNaN(x));
+    const minId = startFromZero ? 0 : Math.min(...ids);
+    [...document.querySelectorAll('#chat .mes')].forEach((el, index) => {
+        el.setAttribute('mesid', String(minId + index));
+        el.querySelector('.mesIDDisplay').textContent = `#${minId + index}`;
+    });
+    markLastMessage();
 }
 
 // ---------------------------------------------------------------- getContext (script.js:8174-8262)
