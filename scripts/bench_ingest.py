@@ -51,6 +51,15 @@ IDLE_WINDOW_S = 10.0
 RUNNING: list["Server"] = []   # stopped at exit whatever happens
 
 
+def run_stopping_servers(main) -> None:
+    """Run a benchmark's click command; every server it started is stopped however it ends."""
+    try:
+        main()
+    finally:
+        for server in list(RUNNING):
+            server.stop()
+
+
 class Server:
     """`python -m stbme serve` from a given source tree, on a free port."""
 

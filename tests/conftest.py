@@ -211,13 +211,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20):
+def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20, log_path=None, args=()):
     """`stbme serve` (or `stbme hub`) as a subprocess on a free port over `data_dir`: yields its base URL
-    once /health answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`)."""
+    once /health answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`). `log_path`: its stderr
+    (the log) goes to that file; `args`: more command-line arguments."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "stbme", command, "--port", str(port), "--data-dir", str(data_dir)],
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    log_file = open(log_path, "w") if log_path else None
+    proc = subprocess.Popen([sys.executable, "-m", "stbme", command, "--port", str(port), "--data-dir", str(data_dir),
+                             *args], env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=log_file or subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
 
     def answers():
@@ -226,7 +228,8 @@ def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20)
                 return resp.status == 200
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"stbme {command} exited: " + proc.stderr.read()) from None
+                log = proc.stderr.read() if proc.stderr else open(log_path).read()
+                raise RuntimeError(f"stbme {command} exited: " + log) from None
             return False
 
     try:
@@ -239,3 +242,5 @@ def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=DEADLINE_S)
+        if log_file:
+            log_file.close()

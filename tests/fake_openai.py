@@ -201,6 +201,9 @@ class FakeOpenAI:
         self.overrides: dict[str, dict] = {}  # task -> fixed answer
         self.garbage_tasks: set[str] = set()  # these tasks always get garbage
         self.before_answer = None            # async fn(task) awaited before answering (to race a sync)
+        self.huge_bytes = 0                  # answer with a body this long (an answer that ignores max_tokens)
+        self.huge_chunked = False            # ... sent chunked, without a Content-Length
+        self.huge_sent = 0                   # bytes of huge bodies written (until the client hung up)
 
     def tasks(self) -> list[str]:
         return [c["task"] for c in self.calls]
@@ -216,6 +219,8 @@ class FakeOpenAI:
         if self.hang or self.hangs > 0:
             self.hangs -= not self.hang
             await asyncio.sleep(3600)
+        if self.huge_bytes:
+            return await self._huge(request, body)
         if self.statuses:
             status = self.statuses.pop(0)
             return web.json_response({"error": {"message": f"scripted {status}"}}, status=status,
@@ -242,6 +247,31 @@ class FakeOpenAI:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                          "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+
+    async def _huge(self, request: web.Request, body: dict) -> web.StreamResponse:
+        """A well-formed completion whose content alone is `huge_bytes` long, written a MiB at a time."""
+        head = orjson.dumps({"id": "chatcmpl-huge", "object": "chat.completion", "model": body.get("model", "fake"),
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}}]})
+        head, tail = head.split(b'"content":""', 1)
+        head += b'"content":"'
+        tail = b'"' + tail
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        if not self.huge_chunked:
+            resp.content_length = len(head) + self.huge_bytes + len(tail)
+        await resp.prepare(request)
+        chunk = b"x" * (1 << 20)
+        try:
+            await resp.write(head)
+            left = self.huge_bytes
+            while left > 0:
+                await resp.write(chunk[:left])
+                self.huge_sent += min(left, len(chunk))
+                left -= len(chunk)
+            await resp.write(tail)
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client stopped reading: what a sidecar that caps answers does
+        return resp
 
     async def embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()

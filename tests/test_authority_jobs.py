@@ -77,6 +77,67 @@ async def test_timeouts_and_refusals(authority, http):
     await other.call(f"/jobs/{job['id']}", method="GET", expect=404)  # jobs are private to their extension
 
 
+async def test_each_extension_may_queue_only_so_many_jobs(authority, http):
+    from stbme.authority.jobs import MAX_OPEN_JOBS
+
+    jobs = [(await authority.call("/jobs/create", {"type": "delay", "idempotencyKey": f"k{i}",
+                                                   "payload": {"durationMs": 60000}}))["job"]
+            for i in range(MAX_OPEN_JOBS)]
+    refused = await authority.call("/jobs/create", {"type": "delay", "payload": {}}, expect=429)
+    assert f"{MAX_OPEN_JOBS} jobs" in refused["error"]
+    # the same idempotency key still answers with its job; another extension has its own allowance
+    again = await authority.call("/jobs/create", {"type": "delay", "idempotencyKey": "k0", "payload": {}})
+    assert again["job"]["id"] == jobs[0]["id"]
+    await AuthorityClient(http, "another-extension").call("/jobs/create", {"type": "delay", "payload": {}})
+    await authority.call(f"/jobs/{jobs[-1]['id']}/cancel", {})
+    await authority.call("/jobs/create", {"type": "delay", "payload": {"durationMs": 0}})
+    for job in jobs[:-1]:
+        await authority.call(f"/jobs/{job['id']}/cancel", {})
+
+
+async def test_no_job_runs_past_the_ceiling(authority, monkeypatch):
+    import stbme.authority.jobs as jobs
+
+    monkeypatch.setattr(jobs, "MAX_RUN_MS", 100)
+    job = (await authority.call("/jobs/create", {"type": "delay", "payload": {"durationMs": 30000}}))["job"]
+    assert "timed out after 100 ms" in (await finished(authority, job["id"], "failed"))["error"]
+
+
+async def test_the_authority_lane_takes_turns_between_extensions(http):
+    """4 jobs run at once; when a slot frees, an extension that has not run yet goes before one that just
+    did, whatever the job ids (before: the oldest job, so one extension's queue held up every other)."""
+    a, e = AuthorityClient(http, "ext-a"), AuthorityClient(http, "ext-e")
+    async def create(client, ms):
+        return (await client.call("/jobs/create", {"type": "delay", "payload": {"durationMs": ms}}))["job"]["id"]
+    a1, a2 = await create(a, 3000), await create(a, 200)
+    long = [await create(AuthorityClient(http, f"ext-{n}"), 8000) for n in "bcd"]  # keep three slots busy
+    e1 = await create(e, 200)
+    await finished(a, a2)
+    e_done, a2_started = [(await c.call(f"/jobs/{i}", method="GET"))["job"] for c, i in ((e, e1), (a, a2))]
+    assert e_done["status"] == "completed", "ext-e's job waited behind ext-a's second job"
+    assert e_done["updatedAt"] <= a2_started["updatedAt"]
+    for n, job_id in zip("bcd", long):
+        await AuthorityClient(http, f"ext-{n}").call(f"/jobs/{job_id}/cancel", {})
+    await a.call(f"/jobs/{a1}/cancel", {})
+
+
+async def test_queued_and_running_jobs_survive_a_restart(aiohttp_client, tmp_path, embedder):
+    from stbme.api import create_app
+
+    first = await aiohttp_client(create_app(tmp_path / "data", embedder=embedder))
+    client = AuthorityClient(first)
+    ids = [(await client.call("/jobs/create", {"type": "delay", "payload": {"durationMs": 60000 if i else 300}}))
+           ["job"]["id"] for i in range(3)]
+    await finished(client, ids[1], "running")
+    await first.close()
+    second = AuthorityClient(await aiohttp_client(create_app(tmp_path / "data", embedder=embedder)))
+    jobs = {j["id"]: j["status"] for j in (await second.call("/jobs/list", {}))["jobs"]}
+    assert set(jobs) == set(ids) and jobs[ids[2]] in ("queued", "running")
+    await finished(second, ids[1], "running")  # interrupted, resumed
+    for job_id in ids:
+        await second.call(f"/jobs/{job_id}/cancel", {})
+
+
 async def test_reindex_job_rebuilds_the_trivium_indexes(authority, tmp_path):
     await upsert(authority, [item(i) for i in range(25)])
     await authority.call("/trivium/search", {"vector": vec(1), "topK": 1})
@@ -94,3 +155,47 @@ async def test_reindex_job_rebuilds_the_trivium_indexes(authority, tmp_path):
     assert not any(p.read_bytes() == b"garbage" for p in index_dir.iterdir())
     hits = await authority.call("/trivium/search-hybrid", {"vector": vec(17), "topK": 1, "queryText": "17"})
     assert hits["results"][0]["externalId"] == "node-017" and hits["results"][0]["namespace"] == NS
+
+
+async def test_chat_processing_never_waits_behind_authority_jobs(tmp_path):
+    """Issue 20, against a running `stbme serve`: 30 Authority sessions (30 extensions) fill the job queue
+    with minute-long delay jobs, then a new chat arrives. Its memories must be made while those jobs still
+    wait (they have their own lane; before, the one worker ran every job oldest first, so the chat waited
+    for all of them), and each extension may queue only so many jobs."""
+    import aiohttp
+
+    from conftest import DEADLINE_S, serve_process, sync_body
+
+    from stbme.authority.jobs import MAX_OPEN_JOBS
+
+    chat = [{"role": "user" if i % 2 == 0 else "assistant", "name": "Alex" if i % 2 == 0 else "Elena",
+             "text": f"Turn {i}: the lighthouse keeper hides the silver key number {i} under the oak."}
+            for i in range(10)]
+    with serve_process(tmp_path / "data") as base:
+        async with aiohttp.ClientSession(base) as http:
+            queued, refused = 0, 0
+            for n in range(30):
+                client = AuthorityClient(http, f"third-party/flood-{n}")
+                while True:
+                    token = client.token or await client.init()
+                    resp = await http.post("/v1/authority/jobs/create", headers={"x-authority-session-token": token},
+                                           json={"type": "delay", "payload": {"durationMs": 60000}})
+                    if resp.status == 429:
+                        refused += 1
+                        assert (await resp.json())["field"] == "type"
+                        break
+                    assert resp.status == 200, await resp.text()
+                    queued += 1
+                    assert queued <= 30 * MAX_OPEN_JOBS, "no per-extension cap"
+            assert queued == 30 * MAX_OPEN_JOBS and refused == 30
+            resp = await http.post("/v1/chats/new-chat/sync", json=sync_body(chat, start=0))
+            assert resp.status == 200, await resp.text()
+
+            async def processed():
+                status = await (await http.get("/v1/chats/new-chat/status")).json()
+                return status["processed_upto"] == 9 and status["jobs"]["pending"] == 0 \
+                    and status["unembedded"] == 0
+            await wait_for(processed, "the new chat to be processed", timeout=DEADLINE_S * 2)
+            still = AuthorityClient(http, "third-party/flood-29")
+            jobs = (await still.call("/jobs/list", {"page": {"limit": 100}}))["jobs"]
+            assert any(j["status"] == "queued" for j in jobs), "the Authority jobs drained before the chat ran"

@@ -53,6 +53,12 @@ async def test_dimensions_are_learned_per_namespace(authority):
     ({"externalId": "a", "namespace": NS, "vector": []}, "items[1].vector"),
     ({"externalId": "a", "namespace": NS, "vector": [1, "x"]}, "items[1].vector"),
     ({"externalId": "a", "namespace": NS, "vector": [0, 0]}, "items[1].vector"),
+    # numpy reads "1" and true as numbers: refused before they get there (issue 20)
+    ({"externalId": "a", "namespace": NS, "vector": ["1", True]}, "items[1].vector"),
+    ({"externalId": "a", "namespace": NS, "vector": [1.5, True]}, "items[1].vector"),
+    ({"externalId": "a", "namespace": NS, "vector": [1.5, "2"]}, "items[1].vector"),
+    ({"externalId": "a", "namespace": NS, "vector": [1.5, None]}, "items[1].vector"),
+    ({"externalId": "a", "namespace": NS, "vector": [1.5, [2]]}, "items[1].vector"),
     ({"externalId": "", "namespace": NS, "vector": [1, 2]}, "items[1].externalId"),
     ({"externalId": "a", "vector": [1, 2]}, "items[1].namespace"),
     ({"externalId": "a", "namespace": NS, "vector": [1, 2], "payload": [1]}, "items[1].payload"),
@@ -62,6 +68,14 @@ async def test_bad_items_are_refused_and_nothing_is_written(authority, bad, fiel
     assert data["field"] == field
     stat = await authority.call("/trivium/stat", {})
     assert stat["itemCount"] == 0
+
+
+@pytest.mark.parametrize("vector", [["1", True], [0.5, False], [0.5, "0.5"]])
+async def test_a_search_vector_of_strings_or_booleans_is_refused(authority, vector):
+    await upsert(authority, [item(1, dim=2)])
+    for op in ("search", "search-hybrid"):
+        data = await authority.call(f"/trivium/{op}", {"vector": vector, "topK": 3, "queryText": "key"}, expect=400)
+        assert data["field"] == "vector" and "numbers" in data["error"]
 
 
 async def test_purge_by_key_cursor_deletes_everything(authority):

@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import orjson
 import pytest
-from conftest import DEADLINE_S, SILVER_KEY_CHAT, HashEmbedder, full_sync, settle
+from conftest import DEADLINE_S, SILVER_KEY_CHAT, HashEmbedder, full_sync, settle, wait_for_sync
 from test_api import assert_error, node_by_text, ok_json, url
 
 from stbme.api.app import create_app
@@ -181,6 +181,32 @@ async def test_a_body_shorter_than_its_content_length_gets_408(client):
     data = orjson.loads(body)
     assert data["status"] == 408 and data["field"] == "Content-Length" and "server.body_timeout_s" in data["error"]
     assert await chat_count(client) == 0
+
+
+def test_a_client_that_hangs_up_mid_body_is_one_line_in_the_log(tmp_path):
+    """A closed tab or a cancelled fetch in the middle of a body: aiohttp logged a traceback at ERROR for it
+    (issue 20). Now one INFO line per request, nothing stored, and the server keeps answering."""
+    import socket
+    import urllib.request
+
+    from conftest import serve_process
+
+    log = tmp_path / "serve.log"
+    with serve_process(tmp_path / "data", log_path=log) as base:
+        host, port = base.removeprefix("http://").split(":")
+        for path, framing in (("/v1/chats/gone/sync", b"Content-Length: 100000"),
+                              ("/v1/chats/gone/recall", b"Transfer-Encoding: chunked"),
+                              ("/v1/authority/session/init", b"Content-Length: 5000")):
+            with socket.create_connection((host, int(port))) as sock:
+                sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             b"Content-Type: application/json\r\n" + framing + b"\r\n\r\n"
+                             + (b"400\r\n" if b"chunked" in framing else b"") + b'{"length": 2, "messages": [')
+        wait_for_sync(lambda: log.read_text().count("closed the connection before its body arrived") == 3,
+                      "three hung-up requests in the log")
+        with urllib.request.urlopen(base + "/v1/chats", timeout=DEADLINE_S) as resp:
+            assert orjson.loads(resp.read())["chats"] == []
+    text = log.read_text()
+    assert "Traceback" not in text and " ERROR " not in text, text[-3000:]
 
 
 class RecordingEmbedder(HashEmbedder):

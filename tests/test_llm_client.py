@@ -131,6 +131,48 @@ async def test_garbage_is_retried_with_the_bad_answer_then_fails(fake):
     assert "ONLY the JSON object" in retry[3]["content"]
 
 
+@pytest.mark.parametrize("chunked", [True, False])
+async def test_an_answer_past_what_max_tokens_allows_fails_without_being_read(fake, chunked):
+    from stbme.llm.base import LLMAnswerError, answer_byte_limit
+
+    fake.huge_bytes, fake.huge_chunked = answer_byte_limit(300) * 3, chunked
+    llm = client(fake, retries=2)
+    with pytest.raises(LLMAnswerError, match="larger than this request can need"):
+        await llm.complete(MESSAGES, task="summary", max_tokens=300)
+    await llm.close()
+    assert len(fake.calls) == 1  # not retried: the server is at fault, not the network
+    assert fake.huge_sent < fake.huge_bytes  # the sidecar stopped reading
+    fake.huge_bytes = answer_byte_limit(300) // 2  # large, but within what 300 tokens can need
+    llm = client(fake)
+    result = await llm.complete(MESSAGES, task="summary", max_tokens=300)
+    await llm.close()
+    assert len(result.text) == fake.huge_bytes
+
+
+async def test_long_answers_are_counted_and_repaired_off_the_event_loop(fake, monkeypatch):
+    import threading
+
+    import stbme.llm.base as base
+    import stbme.llm.openai as openai_client
+
+    threads = []
+
+    def recording(fn):
+        def wrapper(*args, **kwargs):
+            threads.append((fn.__name__, threading.current_thread() is threading.main_thread()))
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(base, "parse_json", recording(base.parse_json))
+    monkeypatch.setattr(openai_client, "measure", recording(openai_client.measure))
+    fake.overrides["summary"] = {"summary": "a long summary " * 4000}
+    llm = client(fake)
+    value, _ = await complete_json(llm, MESSAGES, task="summary")
+    await llm.close()
+    assert value["summary"].startswith("a long summary")
+    assert threads == [("measure", False), ("parse_json", False)]
+
+
 async def test_unreachable_server(fake):
     llm = OpenAIChat("http://127.0.0.1:9/v1", "m", retries=0, timeout_s=1, usage=UsageMeter())
     with pytest.raises(LLMError, match="failed after 1 attempts: Client"):

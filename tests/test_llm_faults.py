@@ -240,3 +240,60 @@ def read_snapshot(data_dir) -> dict:
         return snap
     finally:
         conn.close()
+
+
+def _peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's peak memory from /proc")
+async def test_a_huge_llm_answer_fails_the_call_and_is_never_held(fake, tmp_path):
+    """Issue 20 against a running `stbme serve`: an LLM that ignores max_tokens and sends 64 MB (chunked,
+    then with a Content-Length). The sidecar used to read it whole (and count its tokens on the event loop):
+    now it stops reading at what max_tokens can need, the batch goes on without the LLM (degraded, redone
+    later), recall on another chat answers meanwhile, and the server's peak memory does not grow by the
+    answer's size."""
+    import json
+
+    from conftest import serve_process
+
+    huge = 64 * 1024 * 1024
+    data = tmp_path / "data"
+    settings = {"llm.mode": "openai", "llm.url": fake.url, "llm.model": "fake", "llm.retries": 0,
+                "llm.json_retries": 0, **PER_MESSAGE}
+    args = [a for k, v in settings.items() for a in ("--setting", k, json.dumps(v))]
+    with serve_process(data, args=args) as base:
+        pid = json.loads((data / "server.lock").read_text())["pid"]
+        async with aiohttp.ClientSession(base) as http:
+            async def sync(chat_id, messages):
+                async with http.post(f"/v1/chats/{chat_id}/sync", json=sync_body(messages, start=0)) as resp:
+                    assert resp.status == 200, await resp.text()
+
+            async def status(chat_id):
+                async with http.get(f"/v1/chats/{chat_id}/status") as resp:
+                    return await resp.json()
+
+            await sync("other", make_chat(random.Random(1), 3))
+            await wait_for(lambda: status("other"), "the other chat")
+            await wait_for(lambda: _settled(status, "other"), "the other chat's memories")
+            before = _peak_rss_kib(pid)
+            for n, (chunked, chat_id) in enumerate(((True, "chunked"), (False, "announced"))):
+                # a new llm.* setting: the LLM is asked again at once (the first failure paused it)
+                async with http.put("/v1/settings", json={"settings": {"llm.max_tokens": 1000 + n}}) as resp:
+                    assert resp.status == 200
+                fake.huge_bytes, fake.huge_chunked, calls = huge, chunked, len(fake.calls)
+                await sync(chat_id, make_chat(random.Random(2), 2))
+                done = await wait_for(lambda: _settled(status, chat_id), f"{chat_id}: a batch without the LLM")
+                assert done["degraded_from"] == 0, done  # the call failed, the chat got its heuristic memories
+                assert len(fake.calls) > calls
+                async with http.post("/v1/chats/other/recall", json={"query": "where is the key?"}) as resp:
+                    assert resp.status == 200
+            assert fake.huge_sent < huge // 2, "the sidecar read the whole answer"
+            grown = _peak_rss_kib(pid) - before
+            assert grown < huge // 1024 // 2, f"peak memory grew by {grown} KiB for a {huge >> 20} MiB answer"
+
+
+async def _settled(status, chat_id):
+    st = await status(chat_id)
+    return st if st["jobs"]["pending"] == 0 and st["processed_upto"] >= 0 and st["unembedded"] == 0 else None

@@ -144,3 +144,23 @@ async def test_relay_request_times_out_cleanly():
         await channel.request([], task="extract", max_tokens=10, timeout_s=0.1)
     with pytest.raises(LLMError, match="no SillyTavern extension is connected"):
         await RelayChannel().request([], task="extract", max_tokens=10, timeout_s=1)
+
+
+async def test_a_relayed_answer_past_what_max_tokens_allows_is_refused():
+    from stbme.llm.base import LLMAnswerError, answer_byte_limit
+    from stbme.llm.relay import RelayLLM
+
+    channel = RelayChannel()
+    llm = RelayLLM(channel, max_tokens=100, timeout_s=5)
+    texts = iter(["x" * (answer_byte_limit(100) + 1), '{"summary": "fine"}'])
+    peer = None
+
+    def extension(message):  # answers at once, like an extension on a fast ST connection
+        asyncio.get_running_loop().call_soon(channel.resolve, {"type": "relay_response", "id": message["id"],
+                                                               "text": next(texts)}, peer)
+
+    peer = channel.attach(extension)
+    with pytest.raises(LLMAnswerError, match="ignored max_tokens"):
+        await llm.complete([{"role": "user", "content": "x"}], task="summary")
+    assert (await llm.complete([{"role": "user", "content": "x"}], task="summary")).text == '{"summary": "fine"}'
+    assert llm.usage.snapshot()["tasks"]["summary"]["failures"] == 1

@@ -98,3 +98,52 @@ def test_acknowledged_writes_survive_kill_9(tmp_path):
     store.close()
     assert {f"chat-{i}" for i in range(acked + 1)} <= ids
     assert store.path.exists()
+
+
+def _rows_in_copy_of_main_file(db, tmp_path, sql: str):
+    """Copy the database file alone (as a backup that ignores -wal would) and read it."""
+    copy = tmp_path / "copy" / "alone.sqlite3"
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(db.read_bytes())
+    conn = sqlite3.connect(copy)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_close_folds_the_wal_back_into_the_database(tmp_path):
+    """The readers used to stay open after the writer closed, so SQLite never checkpointed: a copy of
+    stbme.sqlite3 without its -wal file missed the last writes (issue 20)."""
+    db = tmp_path / "db.sqlite3"
+    store = Store.open(db)
+    for i in range(50):
+        await store.write(lambda c, i=i: c.execute(
+            "INSERT INTO chats (chat_id, created_at, updated_at) VALUES (?, 0, 0)", (f"chat-{i}",)))
+        await store.read(lambda c: c.execute("SELECT count(*) FROM chats").fetchone())  # readers open
+    store.close()
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert _rows_in_copy_of_main_file(db, tmp_path, "SELECT count(*) FROM chats") == [(50,)]
+
+
+def test_a_stopped_server_leaves_everything_in_the_database_file(tmp_path):
+    """`stbme serve`, stopped the way a user stops it (SIGTERM, Ctrl-C), checkpoints on close."""
+    from conftest import serve_process
+    import json
+    import urllib.request
+
+    data = tmp_path / "data"
+    with serve_process(data) as base:
+        body = json.dumps({"length": 2, "anchors": [], "messages": [
+            {"index": 0, "role": "user", "name": "Alex", "text": "Where is the silver key?"},
+            {"index": 1, "role": "assistant", "name": "Elena", "text": "Under the old oak."}]}).encode()
+        req = urllib.request.Request(base + "/v1/chats/backup-me/sync", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+    db = data / "stbme.sqlite3"
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert _rows_in_copy_of_main_file(db, tmp_path, "SELECT count(*) FROM messages WHERE chat_id = 'backup-me'") \
+        == [(2,)]

@@ -215,3 +215,52 @@ async def test_events_record_rollbacks(sidecar):
     kinds = await sidecar.store.read(lambda conn: [
         (r["kind"], orjson.loads(r["data"])) for r in conn.execute("SELECT kind, data FROM events")])
     assert ("rollback", {"diverged_at": 1}) in [(k, {"diverged_at": d["diverged_at"]}) for k, d in kinds]
+
+
+async def settled_sync(sc, chat_id: str, chat: list[dict]) -> None:
+    await full_sync(sc, chat_id, chat)
+    await settle(sc, chat_id)
+
+
+async def derived_ranges(sc, chat_id: str) -> list:
+    """What each message-derived memory came from (its export's `derived_from`), by content."""
+    doc = await sc.transfer.export_chat(chat_id)
+    return sorted((n["type"], orjson.dumps(n["fields"], option=orjson.OPT_SORT_KEYS).decode(), n["derived_from"])
+                  for n in doc["nodes"])
+
+
+async def test_batch_boundaries_do_not_depend_on_arrival(sidecar):
+    """Heuristic mode merges pending groups into one batch when many are waiting; the memories must still
+    say they came from the same messages as when the chat arrived a turn at a time (issue 20: the same chat
+    ingested twice gave derived_from [48,55] and [48,57])."""
+    rng = random.Random(20)
+    chat = make_chat(rng, 30)
+    chat.insert(17, {"role": "system", "name": "", "text": "[narrator note]"})
+    # DNA directives (and a correction of an earlier memory) are journaled per group too.
+    chat[22] = {"role": "user", "name": "Alex", "text": "(OOC: no, the vault is in Ashford, not Greywater)"}
+    chat[26] = {"role": "user", "name": "Alex", "text": "(OOC: we decided the heist is at midnight)"}
+    await settled_sync(sidecar, "all-at-once", chat)
+    for end in range(2, len(chat) + 2, 2):  # a turn at a time: each group is its own batch
+        await settled_sync(sidecar, "turn-by-turn", chat[:end])
+    await full_sync(sidecar, "burst", chat[:9])  # a burst, then the rest: some batches merged, some not
+    await settled_sync(sidecar, "burst", chat)
+    at_once = await derived_ranges(sidecar, "all-at-once")
+    assert {"correction", "decision"} <= {r[0] for r in at_once}
+    for _, _, (first, last) in (r for r in at_once if r[2]):  # each range is one group: through one reply
+        assert chat[last]["role"] == "assistant"
+        assert sum(m["role"] == "assistant" for m in chat[first:last + 1]) == 1
+    assert await derived_ranges(sidecar, "turn-by-turn") == at_once
+    assert await derived_ranges(sidecar, "burst") == at_once
+
+
+async def test_an_edit_after_merged_batches_replays_like_a_fresh_ingest(sidecar):
+    rng = random.Random(21)
+    chat = make_chat(rng, 24)
+    # A group whose messages left no memory: the edit below restarts processing inside it.
+    chat[20] = {"role": "user", "name": "Alex", "text": " "}
+    chat[21] = {**chat[21], "text": " "}
+    await ingest(sidecar, "live", chat)
+    chat[21] = {**chat[21], "text": "The lighthouse burned down overnight."}
+    await ingest(sidecar, "live", chat)
+    await ingest(sidecar, "fresh", chat)
+    assert await derived_ranges(sidecar, "live") == await derived_ranges(sidecar, "fresh")

@@ -1,6 +1,7 @@
 """The HTTP part shared by the OpenAI-compatible clients (embeddings and chat completions): endpoint URL,
 bearer key, one session, retries with exponential backoff on 429/5xx, timeouts and network errors,
-`Retry-After` honoured, and the answer's body parsed as JSON."""
+`Retry-After` honoured, the answer's body read up to a size its request can need (a server that sends more
+fails the call: a 200 MB answer once froze the sidecar, issue 20) and parsed as JSON off the event loop."""
 
 from __future__ import annotations
 
@@ -14,14 +15,34 @@ from .errors import StbmeError
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
+DEFAULT_MAX_ANSWER_BYTES = 16 * 1024 * 1024
+PARSE_INLINE_BYTES = 64 * 1024   # smaller bodies are parsed on the loop (a thread hop costs more)
+
+
+class AnswerTooLarge(Exception):
+    """The body went past the size its request can need."""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The response body, or AnswerTooLarge as soon as it is longer than max_bytes (it is never held whole)."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise AnswerTooLarge(f"{resp.content_length} bytes announced")
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(256 * 1024):
+        body += chunk
+        if len(body) > max_bytes:
+            raise AnswerTooLarge(f"more than {max_bytes} bytes")
+    return bytes(body)
 
 
 class OpenAIEndpoint:
-    """POSTs JSON to `<base url>/<path>`. `error` is the exception class raised, `what` names the API
-    in messages ("embeddings API"), `names` maps url/key/model/timeout to the settings named in advice."""
+    """POSTs JSON to `<base url>/<path>`. `error` is the exception class raised (`answer_error` when the server
+    answered, but with a body that cannot be used: too large, not JSON), `what` names the API in messages
+    ("embeddings API"), `names` maps url/key/model/timeout to the settings named in advice."""
 
     def __init__(self, url: str, path: str, key: str, *, timeout_s: float, retries: int, backoff_s: float,
-                 error: type[StbmeError], what: str, names: dict[str, str]):
+                 error: type[StbmeError], what: str, names: dict[str, str],
+                 answer_error: type[StbmeError] | None = None):
         self.url = url.rstrip("/")
         if not self.url.endswith("/" + path):
             self.url += "/" + path
@@ -30,6 +51,7 @@ class OpenAIEndpoint:
         self.retries = retries
         self.backoff_s = backoff_s
         self.error = error
+        self.answer_error = answer_error or error
         self.what = what
         self.names = names
         self._session: aiohttp.ClientSession | None = None
@@ -40,11 +62,13 @@ class OpenAIEndpoint:
         return self._session
 
     async def post(self, make_body: Callable[[], dict],
-                   on_status: Callable[[int, str], bool] | None = None) -> object:
+                   on_status: Callable[[int, str], bool] | None = None,
+                   max_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> object:
         """POST the body (rebuilt per attempt), retrying transient failures; the parsed JSON answer.
 
         `on_status(status, snippet)` may return True to retry at once, without counting an attempt
-        (a server that rejects an optional feature the body asked for: the caller changes the body)."""
+        (a server that rejects an optional feature the body asked for: the caller changes the body).
+        `max_bytes`: the most the answer can need; a longer one fails the call (not retried)."""
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = f"Bearer {self.key}"
@@ -56,7 +80,12 @@ class OpenAIEndpoint:
             attempt += 1
             try:
                 async with self._client().post(self.url, data=orjson.dumps(make_body()), headers=headers) as resp:
-                    raw, status, retry_after = await resp.read(), resp.status, resp.headers.get("Retry-After")
+                    status, retry_after = resp.status, resp.headers.get("Retry-After")
+                    raw = await read_capped(resp, max_bytes)
+            except AnswerTooLarge as exc:
+                raise self.answer_error(f"{self.what} at {self.url} sent an answer larger than this request can need "
+                                 f"({exc}; at most {max_bytes} expected): is {self.names['url']} an OpenAI-compatible "
+                                 f"API that honours max_tokens?") from None
             except asyncio.TimeoutError:  # before ClientError: aiohttp's timeouts are both
                 last_error = f"no answer within {self.timeout.total:g} s ({self.names['timeout']})"
                 continue
@@ -82,9 +111,9 @@ class OpenAIEndpoint:
                     status, f"check {n['url']}, {n['key']} and {n['model']}")
                 raise self.error(f"{self.what} at {self.url} answered HTTP {status}: {snippet}; {hint}")
             try:
-                return orjson.loads(raw)
+                return orjson.loads(raw) if len(raw) <= PARSE_INLINE_BYTES else await asyncio.to_thread(orjson.loads, raw)
             except orjson.JSONDecodeError:
-                raise self.error(f"{self.what} at {self.url} answered with a body that is not JSON: "
+                raise self.answer_error(f"{self.what} at {self.url} answered with a body that is not JSON: "
                                  f"{raw[:200].decode('utf-8', 'replace')!r}; is {self.names['url']} the API's "
                                  "base URL (ending in /v1)?") from None
         raise self.error(f"{self.what} at {self.url} failed after {self.retries + 1} attempts: {last_error}")

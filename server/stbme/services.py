@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from . import config
 from .authority import AuthorityService
+from .authority.jobs import KIND_PREFIX as AUTHORITY_JOBS, LANE_SLOTS as AUTHORITY_SLOTS
 from .dna.hub_client import HubClient
 from .embed import Embedder, EmbeddingService
 from .embed.factory import make_embedder
@@ -35,7 +36,7 @@ from .usecases.scheduler import DnaScheduler
 from .usecases.settings import SettingsService, open_settings
 from .usecases.sync import ChatSync
 from .usecases.transfer import Transfer
-from .usecases.worker import JobWorker
+from .usecases.worker import CHAT_LANE, JobWorker, Lane
 
 DATABASE = "stbme.sqlite3"
 
@@ -59,7 +60,10 @@ class Services:
         self.indexes = ChatIndexes(store, self.data_dir / "indexes", embedder.id, embedder.dim,
                                    m=settings["index.m"], ef_construction=settings["index.ef_construction"],
                                    ef_search=settings["index.ef_search"])
-        self.worker = JobWorker(store, self.live)
+        # Authority jobs have their own lane, round robin between extensions: chat processing never waits
+        # behind them (issue 20).
+        self.worker = JobWorker(store, self.live, lanes=(
+            CHAT_LANE, Lane("authority", prefix=AUTHORITY_JOBS, slots=AUTHORITY_SLOTS, fair=True)))
         self.memory_llm = MemoryLLM(settings, self.relay)
         self.settings_service = SettingsService(store, settings)
         self.embedding = Embedding(store, settings, self.embeddings, self.indexes, self.live)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import Any, Callable
 
@@ -11,6 +12,7 @@ from aiohttp import web
 
 from ..errors import BadRequest, PayloadTooLarge, StbmeError, error_body
 
+log = logging.getLogger("stbme.http")
 MAX_CHAT_ID = 512
 DEFAULT_BODY_TIMEOUT_S = 60.0
 # The body timeout of an app, read per request (server.body_timeout_s for the sidecar; the hub's default).
@@ -48,6 +50,12 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> Any:
         raise StbmeError(f"the request body did not arrive within {timeout_s:g} s (server.body_timeout_s): "
                          f"Content-Length says {request.content_length} bytes", status=408,
                          field="Content-Length") from None
+    except ConnectionResetError:
+        # The client hung up mid-body (a closed tab, a cancelled fetch): nothing to answer, nothing went wrong
+        # here. One line, not aiohttp's traceback at ERROR.
+        log.info("%s %s: the client closed the connection before its body arrived", request.method, request.path)
+        raise StbmeError("the client closed the connection before the body arrived", status=400,
+                         field="body") from None
     if allow_empty and not raw.strip():
         return None
     if not raw:

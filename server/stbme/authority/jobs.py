@@ -1,7 +1,9 @@
 """Authority jobs on the sidecar's own persisted job queue.
 
 An Authority job is a row of the sidecar's `jobs` table with kind `authority.<type>` and the pseudo chat
-`authority:<extension key>` (so one extension's jobs run one at a time, beside the chats' work). Its
+`authority:<extension key>`. They run in the worker's own Authority lane (LANE_SLOTS at once, round robin
+between extensions, one extension's jobs one at a time), so chat processing never waits behind them; an
+extension may have MAX_OPEN_JOBS queued or running, and no job runs longer than MAX_RUN_MS. Its
 Authority fields (type, input, idempotency key, progress, result, attempt limit) sit in the row's payload.
 The sidecar's worker claims it like any job and hands it to `run()`, which settles it itself: completed,
 failed, or left cancelled when `cancel()` came first. States map to Authority statuses as
@@ -20,7 +22,7 @@ import orjson
 
 from ..errors import BadRequest, Conflict, NotFound, StbmeError
 from ..store import Store
-from ..store.jobs import JobState, enqueue_job
+from ..store.jobs import JobState, enqueue_job, open_jobs_of
 from . import wire
 from .sessions import Session
 
@@ -32,6 +34,9 @@ MAX_TIMEOUT_MS = 3_600_000
 MAX_ATTEMPTS = 3          # the sidecar worker's own limit; past it a job is settled here, never by the worker
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_DELAY_MS = 60_000
+MAX_OPEN_JOBS = 8          # queued or running, per extension (ST-BME keeps one or two)
+MAX_RUN_MS = 15 * 60_000   # the longest any job runs, whatever its timeoutMs (0 = this)
+LANE_SLOTS = 4             # Authority jobs running at once (each extension one at a time)
 
 
 @dataclasses.dataclass
@@ -112,6 +117,9 @@ class AuthorityJobs:
                                    (owner, key, JobState.PENDING, JobState.RUNNING, JobState.DONE)).fetchone()
                 if row is not None:
                     return row
+            if open_jobs_of(conn, owner) >= MAX_OPEN_JOBS:
+                raise StbmeError(f"this extension already has {MAX_OPEN_JOBS} jobs queued or running; wait for one "
+                                 "to finish (or cancel one) before creating another", status=429, field="type")
             job_id = enqueue_job(conn, owner, KIND_PREFIX + type_, meta)
             return conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
 
@@ -198,9 +206,9 @@ class AuthorityJobs:
         cancelled = self._running[job["id"]] = asyncio.Event()
         ctx = JobContext(job["id"], meta.get("extension", ""), meta.get("input") or {}, cancelled,
                          lambda fraction: self._progress(job["id"], fraction))
-        timeout_ms = meta.get("timeoutMs") or 0
+        timeout_ms = min(meta.get("timeoutMs") or MAX_RUN_MS, MAX_RUN_MS)
         try:
-            async with asyncio.timeout(timeout_ms / 1000 if timeout_ms else None):
+            async with asyncio.timeout(timeout_ms / 1000):
                 result = await handler(ctx)
         except TimeoutError:
             await self._settle(job["id"], JobState.FAILED, f"timed out after {timeout_ms} ms")

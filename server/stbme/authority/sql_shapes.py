@@ -14,6 +14,7 @@ ON CONFLICT(primary key) DO UPDATE SET col = excluded.col, and DELETE with a WHE
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 from ..errors import BadRequest
@@ -142,8 +143,10 @@ def _q(identifier: str) -> str:
     return f'"{identifier}"'
 
 
+@functools.lru_cache(maxsize=512)
 def parse(statement: str) -> Statement:
-    """The shape of a statement, rendered as the SQL to run; Refused (400) if it fits none."""
+    """The shape of a statement, rendered as the SQL to run; Refused (400) if it fits none. Remembered:
+    ST-BME sends the same few statements over and over (a Statement is immutable; refusals are not kept)."""
     if len(statement) > MAX_STATEMENT_CHARS:
         raise Refused(f"the statement is longer than {MAX_STATEMENT_CHARS} characters")
     tokens = tokenize(statement)

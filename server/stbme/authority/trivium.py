@@ -31,9 +31,11 @@ MAX_TOP_K = 1000
 MAX_PAGE = 1000
 MAX_DEPTH = 3
 MAX_NEIGHBOURS = 500
+MAX_QUERY_CHARS = 200_000  # a query text, like the sidecar's own recall (server.max_message_chars' default)
 RRF_K = 60                # reciprocal-rank fusion, as the sidecar's own recall
 DEFAULT_ALPHA = 0.5       # weight of the vector ranking against the text ranking
 TEXT_FIELDS = ("text", "title", "name", "summaryPreview")
+_NUMBER_TYPES = frozenset({int, float})
 
 
 def _ref(value: Any, field: str, default_namespace: str | None = None) -> tuple[str, str]:
@@ -49,9 +51,13 @@ def _vector(value: Any, field: str, dim: int | None = None) -> np.ndarray:
         raise BadRequest(f"'{field}' must be a non-empty array of numbers", field=field)
     if len(value) > MAX_DIM:
         raise BadRequest(f"'{field}' has {len(value)} dimensions; at most {MAX_DIM}", field=field)
+    # numpy would read "1" and true as numbers; JSON numbers arrive as int or float (bool is an int subclass,
+    # so the check is by exact type). map/set run in C: a 2000-item upsert stays cheap.
+    if not set(map(type, value)) <= _NUMBER_TYPES:
+        raise BadRequest(f"'{field}' must contain numbers only (not strings, booleans or null)", field=field)
     try:
         vector = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadRequest(f"'{field}' must contain numbers only", field=field) from None
     if vector.ndim != 1 or not np.isfinite(vector).all():
         raise BadRequest(f"'{field}' must contain finite numbers only", field=field)
@@ -62,6 +68,16 @@ def _vector(value: Any, field: str, dim: int | None = None) -> np.ndarray:
     return vector
 
 
+def _query_text(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"'{field}' must be a string", field=field)
+    if len(value) > MAX_QUERY_CHARS:
+        raise BadRequest(f"'{field}' has {len(value)} characters; at most {MAX_QUERY_CHARS}", field=field)
+    return value
+
+
 def _text_of(payload: dict) -> str:
     parts = [payload.get(k) for k in TEXT_FIELDS]
     return "\n".join(dict.fromkeys(p.strip() for p in parts if isinstance(p, str) and p.strip()))[:20000]
@@ -70,6 +86,18 @@ def _text_of(payload: dict) -> str:
 def _hit(row, **scores) -> dict:
     return {"id": row["id"], "externalId": row["external_id"], "nodeId": row["external_id"],
             "namespace": row["namespace"], **scores, "payload": orjson.loads(row["payload"])}
+
+
+def _rows_with_payloads(conn, ids: list[int]) -> dict[int, dict]:
+    """Items by id as hits without scores, their payloads decoded (on the reader thread: up to a thousand
+    payloads of 64 KiB)."""
+    return {r["id"]: _hit(r) for r in ts.rows_by_ids(conn, ids)}
+
+
+def _scored(hit: dict, **scores) -> dict:
+    """A hit from _rows_with_payloads with its scores, in the answer's key order."""
+    payload = hit["payload"]
+    return {**{k: v for k, v in hit.items() if k != "payload"}, **scores, "payload": payload}
 
 
 def _matches(payload: dict, wanted: dict) -> bool:
@@ -91,21 +119,8 @@ class TriviumDatabase:
         self.write_lock = asyncio.Lock()  # SQLite write + cache update, in commit order
 
     async def upsert(self, body: dict) -> dict:
-        dim = wire.integer(body["dim"], "dim", lo=1, hi=MAX_DIM) if body.get("dim") is not None else None
-        raw = wire.array(body.get("items"), "items", max_items=MAX_ITEMS)
-        latest: dict[tuple[str, str], ts.NewItem] = {}
-        for i, item in enumerate(raw):  # a repeated id: the last one wins
-            if not isinstance(item, dict):
-                raise BadRequest(f"'items[{i}]' must be an object", field=f"items[{i}]")
-            namespace, external_id = _ref(item, f"items[{i}]", body.get("namespace"))
-            vector = _vector(item.get("vector"), f"items[{i}].vector", dim)
-            payload = wire.optional_object(item.get("payload"), f"items[{i}].payload")
-            if len(orjson.dumps(payload)) > MAX_PAYLOAD_BYTES:
-                raise BadRequest(f"'items[{i}].payload' is larger than {MAX_PAYLOAD_BYTES} bytes",
-                                 field=f"items[{i}].payload")
-            latest.pop((namespace, external_id), None)
-            latest[(namespace, external_id)] = (namespace, external_id, vector, payload, _text_of(payload))
-        items = list(latest.values())
+        # Checking 2000 items of long vectors and payloads takes a while: off the event loop.
+        items = await asyncio.to_thread(self._parse_items, body)
 
         def write(conn):
             dims: dict[str, int] = {}
@@ -124,6 +139,25 @@ class TriviumDatabase:
         return {"successCount": len(written), "upserted": len(written), "failedCount": 0,
                 "items": [{"id": item_id, "externalId": it[1], "namespace": it[0]}
                           for (item_id, _, _), it in zip(written, items)]}
+
+    @staticmethod
+    def _parse_items(body: dict) -> list[ts.NewItem]:
+        """The items of a bulk-upsert, checked (a 400 naming the first bad field); a repeated id: the last."""
+        dim = wire.integer(body["dim"], "dim", lo=1, hi=MAX_DIM) if body.get("dim") is not None else None
+        raw = wire.array(body.get("items"), "items", max_items=MAX_ITEMS)
+        latest: dict[tuple[str, str], ts.NewItem] = {}
+        for i, item in enumerate(raw):  # a repeated id: the last one wins
+            if not isinstance(item, dict):
+                raise BadRequest(f"'items[{i}]' must be an object", field=f"items[{i}]")
+            namespace, external_id = _ref(item, f"items[{i}]", body.get("namespace"))
+            vector = _vector(item.get("vector"), f"items[{i}].vector", dim)
+            payload = wire.optional_object(item.get("payload"), f"items[{i}].payload")
+            if len(orjson.dumps(payload)) > MAX_PAYLOAD_BYTES:
+                raise BadRequest(f"'items[{i}].payload' is larger than {MAX_PAYLOAD_BYTES} bytes",
+                                 field=f"items[{i}].payload")
+            latest.pop((namespace, external_id), None)
+            latest[(namespace, external_id)] = (namespace, external_id, vector, payload, _text_of(payload))
+        return list(latest.values())
 
     async def delete(self, body: dict) -> dict:
         raw = wire.array(body.get("items"), "items", max_items=MAX_ITEMS * 2)
@@ -166,9 +200,7 @@ class TriviumDatabase:
     async def search(self, body: dict, hybrid: bool) -> dict:
         vector = _vector(body.get("vector", body.get("queryVector")), "vector")
         top_k = wire.integer(body.get("topK"), "topK", lo=1, hi=MAX_TOP_K, default=10)
-        text = body.get("queryText", body.get("text")) if hybrid else None
-        if text is not None and not isinstance(text, str):
-            raise BadRequest("'queryText' must be a string", field="queryText")
+        text = _query_text(body.get("queryText", body.get("text")), "queryText") if hybrid else None
         alpha = wire.number(body.get("hybridAlpha"), "hybridAlpha", default=DEFAULT_ALPHA)
         if not 0 <= alpha <= 1:
             raise BadRequest("'hybridAlpha' must be from 0 to 1", field="hybridAlpha")
@@ -179,7 +211,7 @@ class TriviumDatabase:
         # Filters are applied after ranking: look deeper when there are any.
         pool = min(MAX_TOP_K * 4, top_k * (4 if not (wanted or namespace) else 16) + 20)
         vec_hits = self.caches.vector_hits(vector, pool)
-        text_hits = self.caches.text_hits(text, pool) if text else []
+        text_hits = await self.caches.text_hits(text, pool) if text else []
         sims, bm25 = dict(vec_hits), dict(text_hits)
         if text_hits:
             fused: dict[int, float] = {}
@@ -191,14 +223,13 @@ class TriviumDatabase:
         else:
             ranked = [(s, i) for i, s in vec_hits]
         ranked = [(s, i) for s, i in ranked if s >= min_score]
-        rows = {r["id"]: r for r in await self.store.read(
-            lambda conn: ts.rows_by_ids(conn, [i for _, i in ranked[:pool]]))}
+        rows = await self.store.read(lambda conn: _rows_with_payloads(conn, [i for _, i in ranked[:pool]]))
         results = []
         for score, item_id in ranked:
             row = rows.get(item_id)
             if row is None or (namespace and row["namespace"] != namespace):
                 continue  # deleted since the search, or another namespace
-            hit = _hit(row, score=round(score, 6), similarity=round(sims.get(item_id, 0.0), 6),
+            hit = _scored(row, score=round(score, 6), similarity=round(sims.get(item_id, 0.0), 6),
                        **({"textScore": round(bm25.get(item_id, 0.0), 6)} if hybrid else {}))
             if wanted and not _matches(hit["payload"], wanted):
                 continue
@@ -217,6 +248,7 @@ class TriviumDatabase:
         ids = [wire.text(v, "candidateIds") for v in wire.array(ids, "candidateIds", max_items=MAX_PAGE)] \
             if ids is not None else None
         query = body.get("query", body.get("searchText"))
+        query = _query_text(query, "query") if isinstance(query, str) else None
         cursor = page.get("cursor")
         if isinstance(query, str) and query.strip() and not cursor:
             return await self._mappings_by_text(namespace, query, limit, archived, ids)
@@ -225,30 +257,30 @@ class TriviumDatabase:
             if not isinstance(cursor, str) or not cursor.isdigit():
                 raise BadRequest("'page.cursor' is not a cursor from list-mappings", field="page.cursor")
             after = int(cursor)
-        rows = await self.store.read(lambda conn: ts.page_of(conn, namespace, after, limit + 1,
-                                                             archived=archived, external_ids=ids))
+        rows = await self.store.read(lambda conn: [_hit(r) for r in ts.page_of(
+            conn, namespace, after, limit + 1, archived=archived, external_ids=ids)])
         more = len(rows) > limit
         rows = rows[:limit]
         # The cursor is the last internal id: deleting listed items (a purge) cannot make a page skip.
         next_cursor = str(rows[-1]["id"]) if more else ""
-        return {"mappings": [_hit(r) for r in rows], "page": {"hasMore": more, "nextCursor": next_cursor,
+        return {"mappings": rows, "page": {"hasMore": more, "nextCursor": next_cursor,
                                                               "limit": limit}}
 
     async def _mappings_by_text(self, namespace, query, limit, archived, ids) -> dict:
         """The candidate filter with a query: the namespace's best BM25 matches rather than arbitrary ids."""
         await self.caches.ready()
-        hits = self.caches.text_hits(query, MAX_TOP_K * 4)
-        rows = {r["id"]: r for r in await self.store.read(lambda conn: ts.rows_by_ids(conn, [i for i, _ in hits]))}
+        hits = await self.caches.text_hits(query, MAX_TOP_K * 4)
+        rows = await self.store.read(lambda conn: _rows_with_payloads(conn, [i for i, _ in hits]))
         wanted_ids = set(ids) if ids is not None else None
         out = []
         for item_id, score in hits:
             row = rows.get(item_id)
             if row is None or row["namespace"] != namespace:
                 continue
-            mapping = _hit(row, score=round(score, 6))
+            mapping = _scored(row, score=round(score, 6))
             if archived is not None and bool(mapping["payload"].get("archived", False)) != archived:
                 continue
-            if wanted_ids is not None and row["external_id"] not in wanted_ids:
+            if wanted_ids is not None and row["externalId"] not in wanted_ids:
                 continue
             out.append(mapping)
             if len(out) == limit:

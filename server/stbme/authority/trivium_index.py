@@ -1,7 +1,9 @@
 """Trivium's caches: for one database file, an HNSW index per vector dimension and one BM25 index over
 the item texts. Like the sidecar's own indexes they are rebuildable caches of SQLite: loaded from their
 saved files and reconciled with the items' revisions on first use (rebuilt when missing or damaged),
-kept in step after every committed write, saved in the background.
+kept in step after every committed write, saved in the background. BM25 indexing and searching run in
+threads (a request of 1,500 long texts blocked the event loop for seconds, issue 20), one at a time on the
+text index (`_text_lock`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -36,6 +39,7 @@ class TriviumCaches:
         self.lexical = LexicalIndex()
         self.loaded = False
         self._lock = asyncio.Lock()
+        self._text_lock = threading.Lock()   # the BM25 index, used from worker threads
         self._dirty = False
 
     def _hnsw_base(self, dim: int) -> Path:
@@ -62,7 +66,9 @@ class TriviumCaches:
             revs[dim][str(item_id)] = rev
             all_revs[str(item_id)] = rev
         self.hnsw = {dim: self._load_hnsw(dim, current) for dim, current in revs.items()}
-        self.lexical = self._load_lexical(all_revs)
+        lexical = self._load_lexical(all_revs)
+        with self._text_lock:
+            self.lexical = lexical
 
     def _load_hnsw(self, dim: int, current: dict[str, int]) -> ChatIndex:
         try:
@@ -135,8 +141,8 @@ class TriviumCaches:
                 await asyncio.to_thread(index.upsert, keys, np.vstack([vectors[p] for p in positions]),
                                         [written[p][2] for p in positions])
                 self.hnsw[dim] = index
-            for (item_id, _, rev), text in zip(written, texts):
-                self.lexical.upsert(str(item_id), text, rev)
+            await asyncio.to_thread(self._index_texts, [(str(item_id), text, rev)
+                                                        for (item_id, _, rev), text in zip(written, texts)])
             self._dirty = True
 
     async def deleted(self, ids: list[int]) -> None:
@@ -149,8 +155,7 @@ class TriviumCaches:
                 dead = index.next_label - len(index)
                 if dead > max(MIN_DEAD_SLOTS, len(index)):  # removed slots still cost search time: rebuild
                     self.hnsw[dim] = await asyncio.to_thread(self._build_hnsw, dim, len(index))
-            for key in keys:
-                self.lexical.remove(key)
+            await asyncio.to_thread(self._index_texts, [], keys)
             self._dirty = True
 
     # -- reads ---------------------------------------------------------------------------------------
@@ -158,8 +163,23 @@ class TriviumCaches:
         index = self.hnsw.get(len(vector))
         return [(int(key), sim) for key, sim in index.query(vector, k)] if index is not None else []
 
-    def text_hits(self, text: str, k: int) -> list[tuple[int, float]]:
-        return [(int(key), score) for key, score in self.lexical.search(text, k)] if text.strip() else []
+    def _index_texts(self, upserts: list[tuple[str, str, int]], removals: list[str] = ()) -> None:
+        with self._text_lock:
+            for key, text, rev in upserts:
+                self.lexical.upsert(key, text, rev)
+            for key in removals:
+                self.lexical.remove(key)
+
+    async def text_hits(self, text: str, k: int) -> list[tuple[int, float]]:
+        """The BM25 hits of a query text (tokenised and scored in a thread)."""
+        if not text.strip():
+            return []
+
+        def search():
+            with self._text_lock:
+                return [(int(key), score) for key, score in self.lexical.search(text, k)]
+
+        return await asyncio.to_thread(search)
 
     def indexed_ids(self) -> set[int]:
         return {int(k) for index in self.hnsw.values() for k in index.rev_of}
@@ -187,7 +207,9 @@ class TriviumCaches:
                 ChatIndex.delete_files(self._hnsw_base(dim))
                 del self.hnsw[dim]
         tmp = self._lexical_path.with_name(self._lexical_path.name + ".tmp")
-        tmp.write_bytes(self.lexical.to_bytes())
+        with self._text_lock:
+            data = self.lexical.to_bytes()
+        tmp.write_bytes(data)
         os.replace(tmp, self._lexical_path)
 
     async def rebuild(self) -> dict:

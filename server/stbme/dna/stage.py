@@ -85,6 +85,14 @@ class SignalStage(BaseStage):
         self.embeddings = embeddings
         self.embed_pending = embed_pending   # embeds a chat's memories whose embedding was deferred
 
+    def cuts_batch(self, msg, setting) -> bool:
+        """A correction changes memories already made (`after`): the batch must end with its group, so the
+        groups after it are read corrected, as when each group is its own batch."""
+        if msg.role != "user" or not setting("dna.signals") or not msg.text.strip():
+            return False
+        return any(s.type == "correction" and s.wrong for s in chat_signals(
+            [msg], min_confidence=setting("dna.signal_confidence_threshold"), scope=setting("dna.signal_scope")))
+
     async def prepare(self, ctx: BatchContext) -> None:
         ctx.data["dna"] = []
         if not ctx.setting("dna.signals"):
@@ -142,6 +150,7 @@ class SignalStage(BaseStage):
         now = time.time()
         for plan in plans:
             sig = plan.signal
+            cs.msg_range = ctx.range_of(sig.index)
             event = {"type": sig.type, "confidence": sig.confidence, "message": sig.index, "ooc": sig.ooc,
                      "source": sig.source, "outcome": plan.outcome, "node_id": plan.node_id}
             if plan.outcome == "reinforced":
@@ -194,7 +203,7 @@ class SignalStage(BaseStage):
             await ctx.write(lambda cs, plan=plan: correct_target(
                 cs, directive_id=plan.node_id, wrong=plan.signal.wrong, right=plan.signal.right,
                 vector=plan.vector, before_index=plan.signal.index, update=plan.gene.has("update_target"),
-                target_ops=plan.gene.ops("target")), reason="dna:correct")
+                target_ops=plan.gene.ops("target")), reason="dna:correct", msg_range=ctx.range_of(plan.signal.index))
 
 
 # -- corrections ----------------------------------------------------------------------------------------

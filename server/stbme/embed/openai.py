@@ -7,6 +7,10 @@ import numpy as np
 from ..openai_http import OpenAIEndpoint
 from .base import Embedder, EmbedError, normalize_rows
 
+# One vector of up to 8192 floats as JSON text, and the rest of the body: more means a broken server.
+MAX_BYTES_PER_VECTOR = 256 * 1024
+MAX_BYTES_OVERHEAD = 1024 * 1024
+
 
 class OpenAIEmbedder(Embedder):
     def __init__(self, url: str, model: str, key: str = "", *, batch_size: int = 32, timeout_s: float = 30,
@@ -25,7 +29,8 @@ class OpenAIEmbedder(Embedder):
         self.dim = 0  # learned from the first answer
 
     async def _call(self, texts: list[str]) -> np.ndarray:
-        data = await self.http.post(lambda: {"model": self.model, "input": texts})
+        data = await self.http.post(lambda: {"model": self.model, "input": texts},
+                                    max_bytes=MAX_BYTES_OVERHEAD + len(texts) * MAX_BYTES_PER_VECTOR)
         return self._parse(data, len(texts))
 
     def _parse(self, data: object, count: int) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Any, Protocol
@@ -21,8 +22,19 @@ CUT_OFF_REMINDER = (
     "Your previous answer was cut off before its JSON ended. Answer again with ONLY the JSON object, "
     "shorter: keep every text field brief."
 )
+REPAIR_INLINE_CHARS = 16 * 1024
 MAX_TOKENS_GROWTH = 2     # a cut-off answer is asked again with this many times the room
 MAX_TOKENS_CEILING = 16000
+# The most an answer of max_tokens can take: a token is a few characters, at most a few dozen bytes once
+# JSON-escaped (\uXXXX), and the body carries more than the text (ids, usage, a reasoning block some servers
+# add beside the answer). Past this the server ignored max_tokens: the call fails, nothing is parsed.
+ANSWER_BYTES_PER_TOKEN = 64
+ANSWER_OVERHEAD_BYTES = 4 * 1024 * 1024
+
+
+def answer_byte_limit(max_tokens: int) -> int:
+    """The largest answer (HTTP body or relayed text) a request for max_tokens may get."""
+    return ANSWER_OVERHEAD_BYTES + max(0, max_tokens) * ANSWER_BYTES_PER_TOKEN
 
 
 @dataclasses.dataclass
@@ -94,7 +106,9 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
         try:
             if result.truncated:
                 raise TruncatedJSON("the API stopped the answer at its token limit (finish_reason: length)")
-            value = parse_json(result.text)
+            # The repair scans the text in Python: a long answer is read off the event loop.
+            value = parse_json(result.text) if len(result.text) < REPAIR_INLINE_CHARS \
+                else await asyncio.to_thread(parse_json, result.text)
             if not isinstance(value, expect):
                 raise JSONRepairError(f"expected a JSON {'object' if expect is dict else 'value'}, "
                                       f"got {type(value).__name__}")

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from ..openai_http import OpenAIEndpoint
-from .base import LLMAnswerError, LLMError, LLMResult, measure
+from .base import LLMAnswerError, LLMError, LLMResult, answer_byte_limit, measure
 from .usage import UsageMeter
 
 log = logging.getLogger("stbme.llm")
@@ -21,7 +21,7 @@ class OpenAIChat:
             raise LLMError("llm.url is empty: set the base URL of an OpenAI-compatible API "
                            "(for example https://api.openai.com/v1 or http://127.0.0.1:11434/v1)", field="llm.url")
         self.http = OpenAIEndpoint(url, "chat/completions", key, timeout_s=timeout_s, retries=retries,
-                                   backoff_s=backoff_s, error=LLMError, what="LLM API",
+                                   backoff_s=backoff_s, error=LLMError, answer_error=LLMAnswerError, what="LLM API",
                                    names={"url": "llm.url", "key": "llm.key", "model": "llm.model",
                                           "timeout": "llm.timeout_s"})
         self.url = self.http.url
@@ -46,9 +46,11 @@ class OpenAIChat:
             try:
                 text, finish_reason = await self._call(messages, json_mode, max_tokens)
             except LLMError:
-                measure(self.usage, task, messages, "", failed=True)
+                await asyncio.to_thread(measure, self.usage, task, messages, "", failed=True)
                 raise
-        return LLMResult(text, measure(self.usage, task, messages, text), truncated=finish_reason == "length")
+        # Token counting of a long prompt or answer takes a while: off the event loop.
+        usage = await asyncio.to_thread(measure, self.usage, task, messages, text)
+        return LLMResult(text, usage, truncated=finish_reason == "length")
 
     async def _call(self, messages: list[dict], json_mode: bool, max_tokens: int | None) -> tuple[str, str | None]:
         def rejects_json_mode(status: int, snippet: str) -> bool:
@@ -58,7 +60,8 @@ class OpenAIChat:
                 return True  # not the server's fault: asking again without it is free
             return False
 
-        data = await self.http.post(lambda: self._body(messages, json_mode, max_tokens), rejects_json_mode)
+        data = await self.http.post(lambda: self._body(messages, json_mode, max_tokens), rejects_json_mode,
+                                    max_bytes=answer_byte_limit(max_tokens or self.max_tokens))
         return self._parse(data)
 
     def _parse(self, data: object) -> tuple[str, str | None]:

@@ -18,7 +18,7 @@ import logging
 import secrets
 from typing import Callable
 
-from .base import LLMError, LLMResult, measure
+from .base import LLMAnswerError, LLMError, LLMResult, answer_byte_limit, measure
 from .usage import UsageMeter
 
 log = logging.getLogger("stbme.llm")
@@ -115,14 +115,17 @@ class RelayLLM:
 
     async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
                        max_tokens: int | None = None) -> LLMResult:
+        max_tokens = max_tokens or self.max_tokens
         async with self._gate:
             try:
-                text = await self.channel.request(messages, task=task, max_tokens=max_tokens or self.max_tokens,
-                                                  timeout_s=self.timeout_s)
+                text = await self.channel.request(messages, task=task, max_tokens=max_tokens, timeout_s=self.timeout_s)
+                if len(text) > answer_byte_limit(max_tokens):
+                    raise LLMAnswerError(f"the relayed {task} answer has {len(text)} characters, more than a "
+                                         f"{max_tokens}-token answer can; the ST connection ignored max_tokens")
             except LLMError:
-                measure(self.usage, task, messages, "", failed=True)
+                await asyncio.to_thread(measure, self.usage, task, messages, "", failed=True)
                 raise
-        return LLMResult(text, measure(self.usage, task, messages, text))
+        return LLMResult(text, await asyncio.to_thread(measure, self.usage, task, messages, text))
 
     async def close(self) -> None:
         return None

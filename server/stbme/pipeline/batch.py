@@ -85,23 +85,38 @@ class BatchContext:
     journal_from: int | None = None
     created: list[str] = dataclasses.field(default_factory=list)     # node ids the batch created
     touched: set[str] = dataclasses.field(default_factory=set)       # node ids the batch wrote
+    # The groups of `extract.every` assistant messages the batch holds, on the chat's fixed grid (heuristic
+    # mode merges several when many are pending; empty: the batch is one unit, `msg_range`).
+    groups: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def msg_range(self) -> tuple[int, int]:
         """The message range the batch's changes are journaled with."""
         return (self.start if self.journal_from is None else min(self.journal_from, self.start), self.end)
 
+    def range_of(self, index: int) -> tuple[int, int]:
+        """The range a change derived from message `index` is journaled with: its group, so a batch of
+        merged groups journals exactly what one batch per group would (the same rollbacks, the same
+        `derived_from`), however many groups were pending when it was read."""
+        if self.journal_from is None:
+            for group in self.groups:
+                if group[0] <= index <= group[1]:
+                    return group
+        return self.msg_range
+
     def skip_llm(self, error: LLMError) -> None:
         """An LLM task of this batch failed and was skipped: the batch will be redone when the LLM answers."""
         self.degraded = self.degraded or error.message
         self.runner.llm_health.mark_down()
 
-    async def write(self, fn: Callable[[ChangeSet], Any], reason: str) -> Any:
+    async def write(self, fn: Callable[[ChangeSet], Any], reason: str,
+                    msg_range: tuple[int, int] | None = None) -> Any:
         """A journaled write after the batch committed (e.g. evolution), dropped if a rollback undid the
-        batch meanwhile. (Not the revision: an edit of a later, unprocessed message leaves the batch valid.)"""
+        batch meanwhile. (Not the revision: an edit of a later, unprocessed message leaves the batch valid.)
+        `msg_range`: the part of the batch it derives from (`range_of`), else the whole batch."""
         def run(conn: sqlite3.Connection):
             _check_committed(conn, self)
-            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=self.msg_range)
+            cs = ChangeSet(conn, self.chat_id, reason=reason, msg_range=msg_range or self.msg_range)
             result = fn(cs)
             return result, cs.touched_nodes
 
@@ -134,33 +149,64 @@ def _finish(conn: sqlite3.Connection, ctx: BatchContext) -> None:
                      (ctx.start, ctx.start, ctx.chat_id))
 
 
-def batch_end(messages: list[Message], every: int, *, single_group: bool = False) -> int | None:
+def batch_end(messages: list[Message], every: int, *, single_group: bool = False,
+              cut: Callable[[Message], bool] | None = None) -> int | None:
     """Last index of the next batch: through the `every`-th pending assistant message (several groups
     at once when many are pending, up to MAX_BATCH_MESSAGES messages). None: not enough yet.
 
     `single_group`: exactly one group, so batch boundaries depend on the messages alone, never on how
-    many were pending (LLM stages need this: a replay after a rollback must cut the same batches)."""
-    end, seen = None, 0
+    many were pending (LLM stages need this: a replay after a rollback must cut the same batches).
+    `cut(message)`: the group holding such a message ends the batch (its `after` work must come before
+    later groups are read, as when each group is its own batch)."""
+    end, cut_here, seen = None, False, 0
     for count, msg in enumerate(messages, 1):
+        cut_here = cut_here or (cut is not None and cut(msg))
         if msg.role == "assistant":
             seen += 1
             if seen % every == 0:
                 if end is not None and count > MAX_BATCH_MESSAGES:
                     break
                 end = msg.index
-                if single_group:
+                if single_group or cut_here:
                     break
     return end
 
 
-def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None):
+def _group_start(conn: sqlite3.Connection, chat_id: str, start: int) -> int:
+    """The first message of the group `start` falls in: a group ends at each reply (REPLIES_PER_BATCH), so
+    it starts after the last reply before `start` (processing restarts inside a group after some rollbacks)."""
+    row = conn.execute("SELECT idx FROM messages WHERE chat_id = ? AND idx < ? AND role = 'assistant'"
+                       " ORDER BY idx DESC LIMIT 1", (chat_id, start)).fetchone()
+    return row[0] + 1 if row else 0
+
+
+def _groups(messages: list[Message], every: int, first: int, end: int) -> list[tuple[int, int]]:
+    """The groups of the batch through `end`: each ends at an `every`-th assistant message."""
+    groups, start, seen = [], first, 0
+    for msg in messages:
+        if msg.index > end:
+            break
+        if msg.role == "assistant":
+            seen += 1
+            if seen % every == 0:
+                groups.append((start, msg.index))
+                start = msg.index + 1
+    return groups
+
+
+def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None, cut=None):
     row = conn.execute("SELECT processed_upto, revision FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
     if row is None:
         return None
     start = row["processed_upto"] + 1
     window = MAX_BATCH_MESSAGES * 4
     messages = load_messages(conn, chat_id, start, start + window)
-    end = end_fn(messages, every) if end_fn else batch_end(messages, every)
+    groups: list[tuple[int, int]] = []
+    if end_fn:
+        end = end_fn(messages, every)
+    else:  # merged groups, each journaled as its own (BatchContext.range_of)
+        end = batch_end(messages, every, cut=cut)
+        groups = _groups(messages, every, _group_start(conn, chat_id, start), end) if end is not None else []
     if end is None and len(messages) > window:
         # A whole window of user messages and no reply (an imported two-person chat, a long monologue): they
         # are processed in batches of their own rather than wait for a reply forever.
@@ -168,7 +214,7 @@ def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None)
     if end is None:
         return None
     total = message_count(conn, chat_id)
-    return start, end, [m for m in messages if m.index <= end], row["revision"], total
+    return start, end, [m for m in messages if m.index <= end], row["revision"], total, groups
 
 
 class BatchRunner:
@@ -189,18 +235,21 @@ class BatchRunner:
         # A stage may choose the batch's end (LLM extraction: one group, or earlier by the smart trigger).
         end_fn = next((getattr(s, "batch_end") for s in stages if hasattr(s, "batch_end")), None)
         end_fn = end_fn and (lambda messages, every, fn=end_fn: fn(messages, every, setting))
+        cuts = [getattr(s, "cuts_batch") for s in stages if hasattr(s, "cuts_batch")]
+        cut = (lambda msg: any(fn(msg, setting) for fn in cuts)) if cuts else None
         while True:
-            picked = await self.store.read(lambda conn: _read_batch(conn, chat_id, REPLIES_PER_BATCH, end_fn))
+            picked = await self.store.read(lambda conn: _read_batch(conn, chat_id, REPLIES_PER_BATCH, end_fn, cut))
             if picked is None:
                 return None
-            ctx = BatchContext(chat_id, *picked, setting=setting, runner=self)
+            *picked, groups = picked
+            ctx = BatchContext(chat_id, *picked, setting=setting, runner=self, groups=groups)
             active = await self._prepare(ctx, stages)
 
             def commit(conn: sqlite3.Connection):
                 _check_current(conn, ctx)
                 cs = ChangeSet(conn, chat_id, reason="batch", msg_range=ctx.msg_range)
                 for stage in active:
-                    cs.reason = stage.name
+                    cs.reason, cs.msg_range = stage.name, ctx.msg_range
                     stage.apply(ctx, cs)
                 conn.execute("UPDATE chats SET processed_upto = ?, unfinished_from = ?, updated_at = ?"
                              " WHERE chat_id = ?", (ctx.end, ctx.start, time.time(), chat_id))

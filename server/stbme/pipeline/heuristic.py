@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from typing import Callable
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, new_id
@@ -188,14 +189,18 @@ def record_mentions(conn: sqlite3.Connection, chat_id: str, messages: list[Messa
     conn.executemany("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx) VALUES (?,?,?)", rows)
 
 
-def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: int) -> int:
-    """Write heuristic memories for messages (in index order) into the change set. Returns events made."""
+def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: int,
+                      range_of: Callable[[int], tuple[int, int]] | None = None) -> int:
+    """Write heuristic memories for messages (in index order) into the change set. Returns events made.
+    `range_of(index)`: the range a message's changes are journaled with (else the change set's)."""
     graph = _Graph(cs)
     made = 0
     for msg in messages:
         parts = _speaker_text_names(msg)
         if parts is None:
             continue
+        if range_of is not None:
+            cs.msg_range = range_of(msg.index)
         speaker, text, mentioned = parts
         speaker_id = graph.named_node(speaker, "character")
         previous = graph.last_event_before(msg.index)
@@ -243,4 +248,4 @@ class HeuristicStage(BaseStage):
     name = "heuristic"
 
     def apply(self, ctx, cs: ChangeSet) -> None:
-        remember_messages(cs, ctx.messages, chunk_tokens=ctx.setting("extract.chunk_tokens"))
+        remember_messages(cs, ctx.messages, chunk_tokens=ctx.setting("extract.chunk_tokens"), range_of=ctx.range_of)

@@ -97,6 +97,12 @@ class Store:
                 self._resolve(future, loop, exc=exc)
             else:
                 self._resolve(future, loop, result=result)
+        # The readers are closed by now (close()): as the last connection, fold the WAL back into the
+        # database file, so a copy of that file alone (a backup) holds every write.
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            log.warning("could not fold the WAL back into %s: %s", self.path, exc)
         conn.close()
 
     @staticmethod
@@ -191,12 +197,11 @@ class Store:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Drain queued writes, stop the writer and close every connection. Safe to call twice."""
+        """Drain queued writes, close the readers, then stop the writer, which checkpoints the WAL into the
+        database file as the last connection. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_STOP)
-        self._thread.join(timeout=30)
         self._readers.shutdown(wait=True)
         with self._reader_lock:
             for conn in self._reader_conns:
@@ -205,3 +210,5 @@ class Store:
                 except sqlite3.Error:
                     pass
             self._reader_conns.clear()
+        self._queue.put(_STOP)
+        self._thread.join(timeout=30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import sqlite3
 import time
+from typing import Callable
 
 import orjson
 
@@ -39,19 +40,41 @@ def has_open_job(conn: sqlite3.Connection, chat_id: str, kind: str = JobKind.PRO
                         f" ({','.join('?' * len(states))})", (chat_id, str(kind), *states)).fetchone() is not None
 
 
-def claim_next_job(conn: sqlite3.Connection, busy_chats: set[str]) -> dict | None:
-    """Mark the oldest pending job of a chat nobody is working on as running and return it."""
-    rows = conn.execute("SELECT * FROM jobs WHERE state = ? ORDER BY id LIMIT 50", (JobState.PENDING,)).fetchall()
-    for row in rows:
-        if row["chat_id"] in busy_chats:
-            continue
-        conn.execute("UPDATE jobs SET state = ?, attempts = attempts + 1, updated_at = ? WHERE id = ?",
-                     (JobState.RUNNING, time.time(), row["id"]))
-        job = dict(row)
-        job["payload"] = orjson.loads(job["payload"])
-        job["attempts"] += 1
-        return job
-    return None
+def _kind_filter(prefix: str | None, exclude: tuple[str, ...]) -> tuple[str, list]:
+    """SQL for "kind starts with `prefix` and with none of `exclude`" (a range test: no LIKE escaping)."""
+    sql, params = "", []
+    if prefix is not None:
+        sql += " AND kind >= ? AND kind < ?"
+        params += [prefix, prefix + "\U0010ffff"]
+    for other in exclude:
+        sql += " AND NOT (kind >= ? AND kind < ?)"
+        params += [other, other + "\U0010ffff"]
+    return sql, params
+
+
+def claim_next_job(conn: sqlite3.Connection, busy_chats: set[str], *, prefix: str | None = None,
+                   exclude: tuple[str, ...] = (), rank: Callable[[str], float] | None = None) -> dict | None:
+    """Mark a pending job of a chat nobody is working on as running and return it: the oldest, or with
+    `rank(chat)` the oldest job of the chat ranked lowest (round robin between owners). Only kinds that
+    start with `prefix` and with none of `exclude` (the worker's lanes)."""
+    kinds, params = _kind_filter(prefix, exclude)
+    heads = conn.execute(f"SELECT chat_id, min(id) FROM jobs WHERE state = ?{kinds} GROUP BY chat_id",
+                         (JobState.PENDING, *params)).fetchall()
+    heads = [(chat, job_id) for chat, job_id in heads if chat not in busy_chats]
+    if not heads:
+        return None
+    _, job_id = min(heads, key=(lambda h: (rank(h[0]), h[1])) if rank else (lambda h: h[1]))
+    conn.execute("UPDATE jobs SET state = ?, attempts = attempts + 1, updated_at = ? WHERE id = ?",
+                 (JobState.RUNNING, time.time(), job_id))
+    job = dict(conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+    job["payload"] = orjson.loads(job["payload"])
+    return job
+
+
+def open_jobs_of(conn: sqlite3.Connection, chat_id: str) -> int:
+    """Pending and running jobs of a chat (or of an Authority extension's pseudo chat)."""
+    return conn.execute("SELECT count(*) FROM jobs WHERE chat_id = ? AND state IN (?, ?)",
+                        (chat_id, *OPEN_STATES)).fetchone()[0]
 
 
 def finish_job(conn: sqlite3.Connection, job_id: int, state: JobState, error: str | None = None) -> None:
