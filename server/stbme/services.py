@@ -91,6 +91,7 @@ class Services:
             self.worker.register(kind, self.authority.run_job)
         self.settings_service.validators.append(self.memory_llm.validate)
         self.settings_service.listeners += [self.embedding.on_settings, self.processor.on_settings]
+        self.embedding.on_embedded.append(self.progress.embedded)
         self.relay.on_connect.append(self.processor.resume_parked)
         self.chats.on_delete += [self.recall.forget_chat, settings.forget_chat, self.progress.forget]
         self._tasks: list[asyncio.Task] = []
