@@ -162,6 +162,31 @@ async def test_process_now_queues_what_is_left_and_refuses_when_extraction_is_of
     assert (await client.post("/v1/chats/nope/process", json={})).status == 404
 
 
+async def test_the_last_messages_without_a_reply_are_processed_when_every_message_is_asked_for(client):
+    """A chat that ends with the user's message (a file brought in whole): a sync leaves that message for
+    its reply, "process now" makes its memory too, so the chat reaches 100% and the message is found."""
+    sc = client.server.app[services_key]
+    messages = chat(9) + [{"role": "user", "name": "Alex", "text": "Tomorrow we sail to the saffron islands."}]
+    messages[8] = {**messages[8], "role": "user", "name": "Alex"}    # two user messages at the end
+    await full_sync(client, "c", messages)
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"] == {"done": 8, "total": 10, "percent": 80.0}   # waiting for a reply
+    data = await (await client.post("/v1/chats/c/process", json={})).json()
+    assert data["queued"] is True
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"] == {"done": 10, "total": 10, "percent": 100.0}
+    await sc.settings_service.update_chat("c", {"recall.exclude_recent_messages": 0})
+    found = await (await client.post("/v1/chats/c/recall", json={"query": "saffron islands", "reinforce": False})).json()
+    assert "saffron islands" in found["text"]
+    # the reply comes: processing goes on after it, and a change at the end lowers the request
+    await full_sync(client, "c", messages + [{"role": "assistant", "name": "Elena", "text": "Pack the charts."}])
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"]["done"] == 11
+    await full_sync(client, "c", messages[:9] + [{"role": "user", "name": "Alex", "text": "No, we stay home."}])
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"] == {"done": 9, "total": 10, "percent": 90.0}   # not asked for again
+
+
 class ClockedEmbedder(HashEmbedder):
     """Each embedding call takes one second of a hand-moved clock; after `free` calls it waits for the gate."""
 
