@@ -211,7 +211,8 @@ class Embedding:
         reembed = None
         if self.reembedding():
             reembed = {k: self._reembed[k] for k in ("done", "total", "embedder")}
-        return {"id": self.embeddings.id, "dim": self.indexes.vectors.dim, "ready": True, "reembedding": reembed,
+        return {"id": self.embeddings.id, "dim": self.indexes.vectors.dim, "ready": self.embeddings.embedder.loaded,
+                "reembedding": reembed,
                 "last_error": (self._reembed or {}).get("error")}
 
     async def close(self) -> None:
