@@ -49,8 +49,11 @@ class Services:
     remote = False   # the CLI also runs against a server's API (cli/remote.py), which says True
 
     def __init__(self, data_dir: Path, store: Store, settings: config.Settings, embedder: Embedder, *,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, for_command: bool = False):
         self.data_dir = Path(data_dir)
+        # Opened for one CLI command: no background work but the job worker it asks for, and a recall
+        # waits for the chat's vector index (a person asked, not a generation on a deadline).
+        self.for_command = for_command
         self.store = store
         self.settings = settings
         self.live = LiveHub()
@@ -73,7 +76,8 @@ class Services:
         self.sync = ChatSync(store, settings, self.indexes, self.live, self.worker.wake)
         self.chats = Chats(store, settings, self.embeddings, self.indexes, self.worker.wake, self.progress)
         self.memories = Memories(store, self.indexes, self.embedding)
-        self.recall = Recall(store, settings, self.embeddings, self.indexes, self.memory_llm)
+        self.recall = Recall(store, settings, self.embeddings, self.indexes, self.memory_llm,
+                             **({"index_wait_s": None} if for_command else {}))
         self.transfer = Transfer(store, settings, self.indexes, self.embedding, self.live, self.worker.wake)
         self.health = Health(store, self.embedding, self.memory_llm, self.live, self.progress)
         self.dna = DnaMemory(store, settings, self.embeddings, self.embedding.index_changes, clock)
@@ -99,7 +103,7 @@ class Services:
 
     @classmethod
     def open(cls, data_dir: Path | str, *, embedder: Embedder | None = None,
-             cli_settings: dict[str, Any] | None = None) -> "Services":
+             cli_settings: dict[str, Any] | None = None, for_command: bool = False) -> "Services":
         """Open the data directory (creating it), load settings, apply `--setting` values."""
         data_dir = Path(data_dir).expanduser()
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +114,7 @@ class Services:
         except BaseException:
             store.close()
             raise
-        return cls(data_dir, store, settings, embedder)
+        return cls(data_dir, store, settings, embedder, for_command=for_command)
 
     def setting(self, chat_id: str | None = None) -> Callable[[str], Any]:
         """A chat's effective settings, as a function of the name."""
@@ -127,8 +131,11 @@ class Services:
         self._tasks.append(asyncio.create_task(self.worker.run(), name="stbme-worker"))
 
     async def start(self) -> None:
-        """Resume interrupted jobs; start the worker, housekeeping, warm-up, DNA scheduler and hub heartbeat."""
+        """Resume interrupted jobs; start the worker, housekeeping, warm-up, DNA scheduler and hub heartbeat
+        (for a command: only install the built-in genes; it starts the worker itself when it needs one)."""
         await self.dna_assets.install_builtins()
+        if self.for_command:
+            return
         await self.worker.resume_interrupted()
         for name, coro in (("worker", self.worker.run()), ("housekeeping", self.housekeeping.run()),
                            ("warm-up", self.housekeeping.warm_up()), ("dna-scheduler", self.dna_scheduler.run()),
