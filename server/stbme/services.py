@@ -13,6 +13,7 @@ from typing import Any, Callable
 from . import config
 from .authority import AuthorityService
 from .authority.jobs import KIND_PREFIX as AUTHORITY_JOBS, LANE_SLOTS as AUTHORITY_SLOTS
+from .data_dir import DATABASE, tighten
 from .dna.hub_client import HubClient
 from .embed import Embedder, EmbeddingService
 from .embed.factory import make_embedder
@@ -37,8 +38,6 @@ from .usecases.settings import SettingsService, open_settings
 from .usecases.sync import ChatSync
 from .usecases.transfer import Transfer
 from .usecases.worker import CHAT_LANE, JobWorker, Lane
-
-DATABASE = "stbme.sqlite3"
 
 
 class Services:
@@ -104,9 +103,10 @@ class Services:
     @classmethod
     def open(cls, data_dir: Path | str, *, embedder: Embedder | None = None,
              cli_settings: dict[str, Any] | None = None, for_command: bool = False) -> "Services":
-        """Open the data directory (creating it), load settings, apply `--setting` values."""
+        """Open the data directory (creating it, private: data_dir.py), load settings, apply `--setting`
+        values."""
         data_dir = Path(data_dir).expanduser()
-        data_dir.mkdir(parents=True, exist_ok=True)
+        tighten(data_dir)
         store = Store.open(data_dir / DATABASE)
         try:
             settings = open_settings(store, cli_settings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from ..data_dir import set_private_umask
 from .commands import export, import_cmd, recall_cmd, reindex, serve, settings, stats
 from .dna import dna_group, hub_command
 from .ingest import ingest
@@ -28,3 +29,9 @@ def main():
 
 for command in (serve, ingest, stats, recall_cmd, export, import_cmd, reindex, settings, dna_group, hub_command):
     main.add_command(command)
+
+
+def entry() -> None:
+    """The `stbme` program: what it writes is its owner's alone (data_dir.py), then the command line."""
+    set_private_umask()
+    main(prog_name="stbme")
