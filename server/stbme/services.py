@@ -40,18 +40,17 @@ from .usecases.transfer import Transfer
 from .usecases.worker import CHAT_LANE, JobWorker, Lane
 
 
+
 class Services:
     """Everything one data directory runs on. `open()` builds it; `start()` starts the background tasks
-    (the server does; the CLI starts only the job worker, and only to process what it brings in);
+    (the server does; a CLI command starts only the job worker, and only to process what it brings in);
     `close()` stops them and closes the store."""
-
-    remote = False   # the CLI also runs against a server's API (cli/remote.py), which says True
 
     def __init__(self, data_dir: Path, store: Store, settings: config.Settings, embedder: Embedder, *,
                  clock: Callable[[], float] = time.time, for_command: bool = False):
         self.data_dir = Path(data_dir)
-        # Opened for one CLI command: no background work but the job worker it asks for, and a recall
-        # waits for the chat's vector index (a person asked, not a generation on a deadline).
+        # Opened for one CLI command (cli/local.py): no background work but the job worker it asks for, and
+        # a recall waits for the chat's vector index (a person asked, not a generation on a deadline).
         self.for_command = for_command
         self.store = store
         self.settings = settings

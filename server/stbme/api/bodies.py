@@ -13,10 +13,10 @@ from ..pipeline.sync import ROLES, Message, SyncRequest
 from ..tokens import last_tokens
 from ..usecases.memories import MemoryEdit, NewMemory
 from ..usecases.recall import RecallRequest
+from ..wire_limits import MAX_INDEX
 
 MAX_FIELD_NAME = 64
 MAX_TAGS, MAX_TAG_CHARS = 32, 64
-MAX_INDEX = 2**31 - 1  # message indexes, lengths and swipe ids: far above any chat, far below SQLite's 2^63
 MAX_RECENT = 20  # recent turns a recall may send (recall.recent_turns is at most 20)
 
 
