@@ -131,8 +131,12 @@ def test_a_chat_ending_with_the_users_message_reaches_100_and_that_message_is_fo
     assert "Elena - 2: 3 messages (chat); 3 processed (100%)" in result.stderr, result.stderr
     # A real recall leaves out what is still in the prompt (the last messages): ask for every message.
     run("settings", "recall.exclude_recent_messages", "0", "--chat", "Elena - 2", "--data-dir", data)
+    assert not (data / "indexes").exists()      # the ingest made vectors; no recall has loaded an index yet
     found = json.loads(run("recall", "Elena - 2", "saffron islands cartographer", "--json", "--data-dir", data).stdout)
     assert "Odalys" in found["text"]
+    # the recall waited for the vector index rather than answer from keywords, and saved the index it built
+    assert "degraded" not in found and any(m["score_parts"].get("vector") for m in found["memories"])
+    assert list((data / "indexes").iterdir())
 
 
 # -- import ------------------------------------------------------------------------------------------------------
