@@ -65,7 +65,7 @@ def test_settings_set_through_a_server_echo_the_new_value(tmp_path):
 @pytest.mark.parametrize("key, says, never", [
     ("server.port", "stbme serve --port", "importance"),
     ("server.host", "stbme serve --host", "importance"),
-    ("recall.importance_weigh", "did you mean recall.importance_weight", None),
+    ("recall.max_memory", "did you mean recall.max_memories", None),
     ("budget_tokens", "did you mean recall.budget_tokens", None),
 ])
 def test_an_unknown_setting_gets_similar_names_not_substrings(tmp_path, key, says, never):
