@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import inspect
+import json
 import os
 import socket
 import sqlite3
@@ -202,6 +203,27 @@ async def settle(sc: Services, chat_id: str, timeout: float = DEADLINE_S) -> dic
         return status if status["jobs"]["pending"] == 0 and status["unembedded"] == 0 else None
 
     return await wait_for(settled, f"chat {chat_id!r} to settle", timeout)
+
+
+def st_message(user: bool, text: str, **extra) -> dict:
+    """One message of a SillyTavern chat file (Alex the user, Elena the character)."""
+    return {"name": "Alex" if user else "Elena", "is_user": user, "is_system": False,
+            "send_date": "May 12, 2024 2:30pm", "mes": text, **extra}
+
+
+def st_chat_file(path, messages: list[dict]):
+    """A SillyTavern chat file (`.jsonl`): the header line, then the messages (st_message)."""
+    header = {"user_name": "Alex", "character_name": "Elena", "create_date": "2024-05-12@14h30m22s",
+              "chat_metadata": {}}
+    path.write_text("\n".join(json.dumps(m) for m in [header, *messages]), encoding="utf-8")
+    return path
+
+
+def one_line_error(result) -> str:
+    """The error of a CLI run (click's CliRunner result): exactly one line on stderr, `Error: ...`."""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    return lines[0]
 
 
 def free_port() -> int:

@@ -16,6 +16,7 @@ from conftest import DEADLINE_S, SILVER_KEY_CHAT, HashEmbedder, full_sync, settl
 from stbme import config
 from stbme.api.app import create_app
 from stbme.api.keys import services_key
+from stbme.embed.local import LocalEmbedder
 from stbme.errors import StbmeError
 
 MISSING = object()
@@ -904,3 +905,47 @@ async def test_websocket_closed_on_shutdown(tmp_path, aiohttp_client):
     message = await asyncio.wait_for(ws.receive(), timeout=10)
     assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
     assert ws.closed or message.type == aiohttp.WSMsgType.CLOSE
+
+
+# -- /health says the model is ready only when it is ----------------------------------------------------------
+class WarmingEmbedder(HashEmbedder):
+    """A model that takes its time to load, until the gate opens."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.warming = False
+
+    async def warm_up(self):
+        self.warming = True
+        await self.gate.wait()
+        self.warming = False
+
+    @property
+    def ready(self) -> bool:
+        return not self.warming
+
+
+async def test_health_is_ready_only_when_the_model_is(aiohttp_client, tmp_path):
+    embedder = WarmingEmbedder()
+    client = await aiohttp_client(create_app(tmp_path / "data", embedder=embedder))
+    await full_sync(client, "c1", SILVER_KEY_CHAT)
+    await wait_for(lambda: embedder.warming, "the warm-up to start")
+    health = await (await client.get("/health")).json()
+    assert health["embedder"]["ready"] is False
+    recall = await (await client.post("/v1/chats/c1/recall", json={"query": "silver key"})).json()
+    assert "still loading" in recall["degraded"]
+    embedder.gate.set()
+
+    async def ready():
+        return (await (await client.get("/health")).json())["embedder"]["ready"]
+
+    assert await wait_for(ready, "the model to be ready") is True
+    await settle(client.server.app[services_key], "c1")
+
+
+def test_the_local_model_is_ready_once_loaded():
+    embedder = LocalEmbedder()
+    assert embedder.ready and not embedder.loaded       # a query would load it first
+    embedder.load()
+    assert embedder.loaded

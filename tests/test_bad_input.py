@@ -99,6 +99,29 @@ async def test_settings_that_cannot_work_are_refused_before_saving(client, tmp_p
         store.close()
 
 
+async def test_a_stored_value_that_is_not_json_is_set_aside_until_saved_again(aiohttp_client, tmp_path):
+    """A row edited by hand ('800x', '{oops'), global or per chat: the sidecar starts with the default (or the
+    global value), says so, and the next save repairs it (before: the start failed on orjson.loads)."""
+    data = tmp_path / "data"
+    store = Store.open(data / "stbme.sqlite3")
+    store.write_sync(lambda conn: conn.executemany("INSERT INTO settings (scope, name, value) VALUES (?,?,?)", [
+        ("", "recall.budget_tokens", "800x"), ("some chat", "recall.max_memories", "{oops"),
+        ("", "inject.depth", "3")]))
+    store.close()
+    client = await aiohttp_client(create_app(data, embedder=HashEmbedder()))
+    health = await ok_json(await client.get("/health"))
+    messages = {d["field"]: d["message"] for d in health["settings_degraded"]}
+    assert set(messages) == {"recall.budget_tokens", "recall.max_memories"}
+    assert "'800x' is not JSON" in messages["recall.budget_tokens"] and "--chat 'some chat'" in messages["recall.max_memories"]
+    settings = (await ok_json(await client.get(url("some chat", "/settings"))))["settings"]
+    assert settings["recall.budget_tokens"] == 800 and settings["recall.max_memories"] == 12 and settings["inject.depth"] == 3
+    await ok_json(await client.put("/v1/settings", json={"settings": {"recall.budget_tokens": 900}}))
+    await ok_json(await client.put(url("some chat", "/settings"), json={"settings": {"recall.max_memories": 8}}))
+    assert (await ok_json(await client.get("/health")))["settings_degraded"] == []
+    settings = (await ok_json(await client.get(url("some chat", "/settings"))))["settings"]
+    assert settings["recall.budget_tokens"] == 900 and settings["recall.max_memories"] == 8
+
+
 async def test_a_stored_combination_that_cannot_work_degrades_until_fixed(aiohttp_client, tmp_path, caplog):
     data = tmp_path / "data"
     store = Store.open(data / "stbme.sqlite3")

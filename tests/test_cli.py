@@ -76,15 +76,15 @@ def node_signatures(doc: dict) -> list:
 def test_group_help_and_version():
     result = run("--help")
     assert "Usage: stbme" in result.stdout and "Quick start" in result.stdout
-    for name in main.commands:
+    for name in main.list_commands(None):
         assert name in result.stdout
     assert run("-h").stdout == result.stdout
     assert __version__ in run("--version").stdout
 
 
-@pytest.mark.parametrize("command", sorted(main.commands))
+@pytest.mark.parametrize("command", main.list_commands(None))
 def test_command_help(command):
-    cmd = main.commands[command]
+    cmd = main.get_command(None, command)
     result = run(command, "--help")
     assert f"Usage: stbme {command}" in result.stdout
     assert cmd.help.splitlines()[0].strip() in " ".join(result.stdout.split())

@@ -99,11 +99,15 @@ async def test_import_into_a_chat_that_changed_since_the_export(sidecar, other, 
 async def test_importing_the_same_export_again_changes_nothing(sidecar):
     doc = await processed(sidecar, "c", CHAT)
     before = await state(sidecar, "c")
+    ids = await sidecar.store.read(lambda conn: conn.execute("SELECT id, rev FROM nodes ORDER BY id").fetchall())
     for mode in ("merge", "replace"):
         result = await sidecar.transfer.import_chat("c", doc, mode)
         assert result["tied_upto"] == doc["processed_upto"]
+        # nothing written, and said so (before: every memory undone and made again under a new id)
+        assert result["imported"] == {"nodes": 0, "edges": 0} and result["unchanged"] == len(doc["nodes"])
         await settle(sidecar, "c")
         assert await state(sidecar, "c") == before
+        assert await sidecar.store.read(lambda conn: conn.execute("SELECT id, rev FROM nodes ORDER BY id").fetchall()) == ids
 
 
 async def test_manual_memories_stay_separate_and_survive_edits(sidecar, other):

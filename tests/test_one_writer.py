@@ -53,7 +53,7 @@ def write_lock(data_dir: Path, pid: int, port: int, age_s: float = 3600) -> None
 
 # -- the lock ---------------------------------------------------------------------------------------------
 def test_claim_and_release(tmp_path):
-    lock = claim(tmp_path, tmp_path / "stbme.sqlite3", "127.0.0.1", 8765, False)
+    lock = claim(tmp_path, "127.0.0.1", 8765, False)
     assert read_lock(tmp_path) == lock and lock.pid == os.getpid() and pid_alive(lock.pid)
     other = ServerLock(lock.pid + 1, "127.0.0.1", 1, time.time())
     release(tmp_path, other)                      # not ours: stays
@@ -65,14 +65,14 @@ def test_claim_and_release(tmp_path):
 def test_a_lock_left_by_a_dead_server_is_ignored(tmp_path):
     write_lock(tmp_path, dead_pid(), free_port())
     assert not pid_alive(read_lock(tmp_path).pid)
-    assert find_owner(tmp_path, tmp_path / "stbme.sqlite3", None) is None
-    assert claim(tmp_path, tmp_path / "stbme.sqlite3", "127.0.0.1", 9, False).pid == os.getpid()
+    assert find_owner(tmp_path) is None
+    assert claim(tmp_path, "127.0.0.1", 9, False).pid == os.getpid()
 
 
 def test_a_live_process_that_does_not_answer_is_refused_with_advice(tmp_path):
     write_lock(tmp_path, os.getpid(), free_port())   # alive, but nothing listens on the port
     with pytest.raises(Owned) as exc:
-        find_owner(tmp_path, tmp_path / "stbme.sqlite3", None)
+        find_owner(tmp_path)
     assert "does not answer" in str(exc.value) and LOCK_NAME in str(exc.value)
     result = run("stats", "--data-dir", tmp_path, expect=1)
     assert "does not answer" in result.stderr and "delete that file" in result.stderr
@@ -81,7 +81,7 @@ def test_a_live_process_that_does_not_answer_is_refused_with_advice(tmp_path):
 @pytest.mark.parametrize("lock", ["", "{not json", '{"pid": "x"}', "[]"])
 def test_a_torn_lock_file_counts_as_none(tmp_path, lock):
     (tmp_path / LOCK_NAME).write_text(lock, encoding="utf-8")
-    assert read_lock(tmp_path) is None and find_owner(tmp_path, tmp_path / "x", None) is None
+    assert read_lock(tmp_path) is None and find_owner(tmp_path) is None
 
 
 # -- a mistyped --data-dir ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from conftest import HashEmbedder, full_sync, settle, wait_for
 
 from stbme.api import create_app
 from stbme.api.keys import services_key
+from stbme.services import Services
 from stbme.usecases.progress import LOG_EVERY_S, WINDOW_BATCHES, ProgressTracker, format_duration
 
 
@@ -123,15 +124,17 @@ async def test_health_and_status_while_a_long_chat_is_processed(aiohttp_client, 
     await sc.settings_service.update_global({"extract.every": 1})
     await full_sync(client, "long", chat(120))
 
-    async def waiting_on_the_embedder():  # a batch committed, its memories not embedded yet
+    async def waiting_on_the_embedder():  # a batch reported, its memories not embedded yet
         status = await (await client.get("/v1/chats/long/status")).json()
         embedding = status["progress"]["embedding"]
-        return status["progress"]["messages"]["done"] > 0 and embedding["done"] < embedding["total"] and status
+        # /health shows a batch once it is reported, a moment after its commit (which the status shows)
+        work = (await (await client.get("/health")).json())["progress"]
+        return (status["progress"]["messages"]["done"] > 0 and embedding["done"] < embedding["total"] and work
+                and work[0]["messages"]["done"] > 0 and (status, work[0]))
 
-    status = await wait_for(waiting_on_the_embedder, "the chat to be processed part of the way")
+    status, work = await wait_for(waiting_on_the_embedder, "the chat to be processed part of the way")
     assert status["progress"]["working"] is True and status["progress"]["messages"]["total"] == 120
     assert 0 < status["progress"]["messages"]["done"] < 120
-    work = (await (await client.get("/health")).json())["progress"][0]
     assert work["chat_id"] == "long" and work["working"] is True and work["messages"]["total"] == 120
     assert 0 < work["messages"]["done"] < 120 and 0 < work["messages"]["percent"] < 100
     embedder.gate.set()
@@ -157,3 +160,101 @@ async def test_process_now_queues_what_is_left_and_refuses_when_extraction_is_of
     again = await (await client.post("/v1/chats/c/process", json={})).json()
     assert again["queued"] is False                   # nothing left to do
     assert (await client.post("/v1/chats/nope/process", json={})).status == 404
+
+
+async def test_the_last_messages_without_a_reply_are_processed_when_every_message_is_asked_for(client):
+    """A chat that ends with the user's message (a file brought in whole): a sync leaves that message for
+    its reply, "process now" makes its memory too, so the chat reaches 100% and the message is found."""
+    sc = client.server.app[services_key]
+    messages = chat(9) + [{"role": "user", "name": "Alex", "text": "Tomorrow we sail to the saffron islands."}]
+    messages[8] = {**messages[8], "role": "user", "name": "Alex"}    # two user messages at the end
+    await full_sync(client, "c", messages)
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"] == {"done": 8, "total": 10, "percent": 80.0}   # waiting for a reply
+    data = await (await client.post("/v1/chats/c/process", json={})).json()
+    assert data["queued"] is True
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"] == {"done": 10, "total": 10, "percent": 100.0}
+    await sc.settings_service.update_chat("c", {"recall.exclude_recent_messages": 0})
+    found = await (await client.post("/v1/chats/c/recall", json={"query": "saffron islands", "reinforce": False})).json()
+    assert "saffron islands" in found["text"]
+    # the reply comes: processing goes on after it, and a change at the end lowers the request
+    await full_sync(client, "c", messages + [{"role": "assistant", "name": "Elena", "text": "Pack the charts."}])
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"]["done"] == 11
+    await full_sync(client, "c", messages[:9] + [{"role": "user", "name": "Alex", "text": "No, we stay home."}])
+    status = await settle(sc, "c")
+    assert status["progress"]["messages"] == {"done": 9, "total": 10, "percent": 90.0}   # not asked for again
+
+
+class ClockedEmbedder(HashEmbedder):
+    """Each embedding call takes one second of a hand-moved clock; after `free` calls it waits for the gate."""
+
+    def __init__(self, clock: Clock, free: int):
+        super().__init__()
+        self.clock, self.free = clock, free
+        self.gate = asyncio.Event()
+
+    async def embed_passages(self, texts):
+        if self.calls >= self.free:
+            await self.gate.wait()
+        self.clock.now += 1.0
+        return await super().embed_passages(texts)
+
+
+def talk(n: int) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "name": "Alex" if i % 2 == 0 else "Elena",
+             "text": f"Message {i}: Kestrel number {i} crosses the {i % 7}th salt marsh at dawn."} for i in range(n)]
+
+
+async def test_the_time_left_counts_the_vectors_and_the_log_goes_on_while_embedding(tmp_path, caplog):
+    """Without an LLM every message is processed first (keyword-searchable at once), then the vectors are
+    made: most of the time. The time left and the log lines must cover that part too."""
+    clock = Clock()
+    embedder = ClockedEmbedder(clock, free=6)
+    sc = Services.open(tmp_path / "data", embedder=embedder)
+    sc.progress.clock = clock
+    await sc.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="stbme.progress"):
+            await full_sync(sc, "c", talk(1200))
+
+            async def embedding_half_way():   # every message processed, some vectors made, the rest waiting
+                status = await sc.chats.status("c")
+                return embedder.calls >= embedder.free and status["progress"]["messages"]["done"] == 1200 and status
+
+            status = await wait_for(embedding_half_way, "the chat to be embedded part of the way")
+            progress = status["progress"]
+            left = progress["embedding"]["total"] - progress["embedding"]["done"]
+            assert progress["working"] is True and left > 64
+            truth = left / 64.0                      # one second of the clock per batch of 64 vectors
+            assert progress["eta_s"] is not None and 0.7 * truth <= progress["eta_s"] <= 1.4 * truth, (progress, truth)
+            embedder.gate.set()
+            final = await settle(sc, "c")
+    finally:
+        embedder.gate.set()
+        await sc.close()
+    assert final["progress"]["embedding"]["percent"] == 100.0 and final["progress"]["working"] is False
+    lines = [r.getMessage() for r in caplog.records if r.name == "stbme.progress"]
+    embedding = [line for line in lines if "1200/1200 messages processed" in line and "memories embedded" in line]
+    # the embedding took about (vectors / 64) seconds of the clock: a line every LOG_EVERY_S of it
+    seconds = final["progress"]["embedding"]["total"] / 64
+    assert len(embedding) >= int(seconds / LOG_EVERY_S) - 1 >= 1, lines
+    assert all("left" in line and "unknown" not in line for line in embedding[1:]), embedding
+    assert "caught up" in lines[-1]
+
+
+async def test_the_time_left_while_messages_are_processed_includes_their_vectors(tracked):
+    tracker, clock, sc = tracked
+    tracker.started("c", 0, 2000, vectors_follow=True)
+    for batch in range(1, 11):                       # 16 messages a second
+        clock.now += 1.0
+        await tracker.batch_done("c", batch * 16, 2000)
+    for _ in range(5):                               # another chat measured the vectors: 64 a second
+        clock.now += 1.0
+        await tracker.embedded("c", 64)
+    snap = tracker.working()[0]
+    done, embedded, total = snap["messages"]["done"], snap["embedding"]["done"], snap["embedding"]["total"]
+    vectors_left = total - embedded + (2000 - done) * total / done
+    truth = (2000 - done) / 16 + vectors_left / 64
+    assert snap["eta_s"] is not None and 0.8 * truth <= snap["eta_s"] <= 1.25 * truth, (snap, truth)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 import random
 
 import pytest
 
-from conftest import create_node, full_sync, recall, settle, wait_for
+from conftest import SILVER_KEY_CHAT, HashEmbedder, create_node, full_sync, recall, settle, wait_for
+from stbme.api.keys import services_key
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
 from stbme.index.lexical import LexicalCache, LexicalIndex, tokenize
 from stbme.language import detect_language
 from stbme.recall.render import render_block
+from stbme.services import Services
 from stbme.tokens import count_tokens, truncate_to_tokens
+from stbme.usecases.recall import RecallRequest
 
 
 def test_tokenize_latin_and_cjk():
@@ -285,3 +289,71 @@ def test_bm25_ties_are_ordered_by_node_id_not_slot():
         index.upsert(node_id, "the vault code is 4417")
     assert [n for n, _ in index.search("vault", 4)] == ["a", "m", "q", "z"]
     assert [n for n, _ in index.search("vault", 2)] == ["a", "m"]  # the cut keeps the smallest ids
+
+
+# -- a look changes nothing; a command waits for vectors ----------------------------------------------------
+async def test_a_recall_that_only_looks_reinforces_nothing(client):
+    await full_sync(client, "c1", SILVER_KEY_CHAT)
+    await settle(client.server.app[services_key], "c1")
+    sc = client.server.app[services_key]
+
+    def state():
+        return sc.store.read(lambda conn: conn.execute(
+            "SELECT id, access_count, weight, last_access FROM nodes ORDER BY id").fetchall())
+
+    async def written():   # reinforcement is counted, then written on the writer thread: let both happen
+        sc.recall.reinforcement.flush()
+        await sc.store.write(lambda conn: None)
+
+    before = [tuple(r) for r in await state()]
+    body = {"query": "where is the silver key buried?", "reinforce": False}
+    looked = await (await client.post("/v1/chats/c1/recall", json=body)).json()
+    assert "oak tree" in looked["text"]
+    await written()
+    assert [tuple(r) for r in await state()] == before
+    resp = await client.post("/v1/chats/c1/recall", json={"query": "x", "reinforce": "no"})
+    assert resp.status == 400 and (await resp.json())["field"] == "reinforce"
+    await client.post("/v1/chats/c1/recall", json={"query": "where is the silver key buried?"})
+    await written()
+    assert [tuple(r) for r in await state()] != before   # a real recall reinforces what it injects
+
+
+class SlowIndexes:
+    """The chat's vector index takes a while to load (a big chat after a restart)."""
+
+    def __init__(self, vectors, gate: asyncio.Event):
+        self.vectors, self.gate = vectors, gate
+        self.load = vectors._load_or_build
+
+    async def __call__(self, chat_id):
+        await self.gate.wait()
+        return await self.load(chat_id)
+
+
+@pytest.mark.parametrize("for_command", [False, True])
+async def test_a_command_waits_for_the_vector_index_a_generation_does_not(tmp_path, for_command):
+    embedder = HashEmbedder()
+    sc = Services.open(tmp_path / "data", embedder=embedder)
+    await sc.start()
+    await full_sync(sc, "c1", SILVER_KEY_CHAT)
+    await settle(sc, "c1")
+    await sc.close()
+    sc = Services.open(tmp_path / "data", embedder=embedder, for_command=for_command)
+    gate = asyncio.Event()
+    sc.indexes.vectors._load_or_build = SlowIndexes(sc.indexes.vectors, gate)
+    try:
+        recall = asyncio.ensure_future(sc.recall.recall("c1", RecallRequest("where is the silver key buried?")))
+        if for_command:
+            await asyncio.sleep(0.5)     # past the 0.25 s a generation's recall waits
+            assert not recall.done()
+            gate.set()
+        result = await asyncio.wait_for(recall, 60)
+        gate.set()
+        if for_command:
+            assert "degraded" not in result
+            assert any(m["score_parts"].get("vector") for m in result["memories"])
+        else:
+            assert result["degraded"] == "the vector index is still loading: keyword results only"
+    finally:
+        gate.set()
+        await sc.close()

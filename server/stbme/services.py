@@ -13,6 +13,7 @@ from typing import Any, Callable
 from . import config
 from .authority import AuthorityService
 from .authority.jobs import KIND_PREFIX as AUTHORITY_JOBS, LANE_SLOTS as AUTHORITY_SLOTS
+from .data_dir import DATABASE, tighten
 from .dna.hub_client import HubClient
 from .embed import Embedder, EmbeddingService
 from .embed.factory import make_embedder
@@ -38,19 +39,19 @@ from .usecases.sync import ChatSync
 from .usecases.transfer import Transfer
 from .usecases.worker import CHAT_LANE, JobWorker, Lane
 
-DATABASE = "stbme.sqlite3"
 
 
 class Services:
     """Everything one data directory runs on. `open()` builds it; `start()` starts the background tasks
-    (the server does; the CLI starts only the job worker, and only to process what it brings in);
+    (the server does; a CLI command starts only the job worker, and only to process what it brings in);
     `close()` stops them and closes the store."""
 
-    remote = False   # the CLI also runs against a server's API (cli/remote.py), which says True
-
     def __init__(self, data_dir: Path, store: Store, settings: config.Settings, embedder: Embedder, *,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, for_command: bool = False):
         self.data_dir = Path(data_dir)
+        # Opened for one CLI command (cli/local.py): no background work but the job worker it asks for, and
+        # a recall waits for the chat's vector index (a person asked, not a generation on a deadline).
+        self.for_command = for_command
         self.store = store
         self.settings = settings
         self.live = LiveHub()
@@ -73,7 +74,8 @@ class Services:
         self.sync = ChatSync(store, settings, self.indexes, self.live, self.worker.wake)
         self.chats = Chats(store, settings, self.embeddings, self.indexes, self.worker.wake, self.progress)
         self.memories = Memories(store, self.indexes, self.embedding)
-        self.recall = Recall(store, settings, self.embeddings, self.indexes, self.memory_llm)
+        self.recall = Recall(store, settings, self.embeddings, self.indexes, self.memory_llm,
+                             **({"index_wait_s": None} if for_command else {}))
         self.transfer = Transfer(store, settings, self.indexes, self.embedding, self.live, self.worker.wake)
         self.health = Health(store, self.embedding, self.memory_llm, self.live, self.progress)
         self.dna = DnaMemory(store, settings, self.embeddings, self.embedding.index_changes, clock)
@@ -91,6 +93,7 @@ class Services:
             self.worker.register(kind, self.authority.run_job)
         self.settings_service.validators.append(self.memory_llm.validate)
         self.settings_service.listeners += [self.embedding.on_settings, self.processor.on_settings]
+        self.embedding.on_embedded.append(self.progress.embedded)
         self.relay.on_connect.append(self.processor.resume_parked)
         self.chats.on_delete += [self.recall.forget_chat, settings.forget_chat, self.progress.forget]
         self._tasks: list[asyncio.Task] = []
@@ -98,10 +101,11 @@ class Services:
 
     @classmethod
     def open(cls, data_dir: Path | str, *, embedder: Embedder | None = None,
-             cli_settings: dict[str, Any] | None = None) -> "Services":
-        """Open the data directory (creating it), load settings, apply `--setting` values."""
+             cli_settings: dict[str, Any] | None = None, for_command: bool = False) -> "Services":
+        """Open the data directory (creating it, private: data_dir.py), load settings, apply `--setting`
+        values."""
         data_dir = Path(data_dir).expanduser()
-        data_dir.mkdir(parents=True, exist_ok=True)
+        tighten(data_dir)
         store = Store.open(data_dir / DATABASE)
         try:
             settings = open_settings(store, cli_settings)
@@ -109,7 +113,7 @@ class Services:
         except BaseException:
             store.close()
             raise
-        return cls(data_dir, store, settings, embedder)
+        return cls(data_dir, store, settings, embedder, for_command=for_command)
 
     def setting(self, chat_id: str | None = None) -> Callable[[str], Any]:
         """A chat's effective settings, as a function of the name."""
@@ -126,8 +130,11 @@ class Services:
         self._tasks.append(asyncio.create_task(self.worker.run(), name="stbme-worker"))
 
     async def start(self) -> None:
-        """Resume interrupted jobs; start the worker, housekeeping, warm-up, DNA scheduler and hub heartbeat."""
+        """Resume interrupted jobs; start the worker, housekeeping, warm-up, DNA scheduler and hub heartbeat
+        (for a command: only install the built-in genes; it starts the worker itself when it needs one)."""
         await self.dna_assets.install_builtins()
+        if self.for_command:
+            return
         await self.worker.resume_interrupted()
         for name, coro in (("worker", self.worker.run()), ("housekeeping", self.housekeeping.run()),
                            ("warm-up", self.housekeeping.warm_up()), ("dna-scheduler", self.dna_scheduler.run()),

@@ -64,6 +64,25 @@ class Degraded:
         return {"field": self.field, "message": self.message}
 
 
+def unreadable_values(stored: dict[str, Any], chats: dict[str, dict], is_unreadable: Callable[[Any], bool]) -> list[Degraded]:
+    """Take the stored values that are not JSON out of `stored` and `chats` (in place): the default (or the
+    global value, for a chat) runs instead, until `stbme settings KEY VALUE` or the panel saves a new one."""
+    degraded = []
+    for chat_id, values in [(None, stored), *chats.items()]:
+        for name in [n for n, v in values.items() if is_unreadable(v)]:
+            raw = values.pop(name)
+            where = f"value for chat {chat_id!r}" if chat_id else "value"
+            instead = "the global value" if chat_id else "the default"
+            shown = raw if len(raw) <= 60 else raw[:60] + "…"
+            degraded.append(Degraded(name, f"the stored {where} {shown!r} is not JSON, so it is ignored; using "
+                                     f"{instead} (save a new value to repair it: `stbme settings {name} VALUE`"
+                                     + (f" --chat {chat_id!r}" if chat_id else "") + ")", {name: str(raw)},
+                                     chat_id=chat_id))
+    for item in degraded:
+        log.warning("setting %s: %s", item.field, item.message)
+    return degraded
+
+
 def usable_values(stored: dict[str, Any], chats: dict[str, dict]) -> tuple[dict, dict, list[Degraded]]:
     """Stored settings made usable for this run: a value that no longer validates is replaced by its
     default (a per-chat one is dropped), a broken combination gets its rule's fallback. Nothing is

@@ -13,10 +13,10 @@ from ..pipeline.sync import ROLES, Message, SyncRequest
 from ..tokens import last_tokens
 from ..usecases.memories import MemoryEdit, NewMemory
 from ..usecases.recall import RecallRequest
+from ..wire_limits import MAX_INDEX
 
 MAX_FIELD_NAME = 64
 MAX_TAGS, MAX_TAG_CHARS = 32, 64
-MAX_INDEX = 2**31 - 1  # message indexes, lengths and swipe ids: far above any chat, far below SQLite's 2^63
 MAX_RECENT = 20  # recent turns a recall may send (recall.recent_turns is at most 20)
 
 
@@ -83,7 +83,7 @@ def parse_sync_request(body: Any, *, max_messages: int, max_chars: int) -> SyncR
 
 
 def parse_recall(body: Any, *, max_chars: int, max_query_tokens: int | None = None) -> RecallRequest:
-    """{query, recent?, budget_tokens?, max_memories?}. The query and each recent text are cut to their
+    """{query, recent?, budget_tokens?, max_memories?, reinforce?}. The query and each recent text are cut to their
     last `max_query_tokens` (recall.max_query_tokens): only that much is embedded and searched."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object with 'query'")
@@ -106,7 +106,10 @@ def parse_recall(body: Any, *, max_chars: int, max_query_tokens: int | None = No
                   for m in recent]
     budget = config.setting("recall.budget_tokens").validate(body["budget_tokens"]) if "budget_tokens" in body else None
     limit = config.setting("recall.max_memories").validate(body["max_memories"]) if "max_memories" in body else None
-    return RecallRequest(query, recent, budget, limit)
+    reinforce = body.get("reinforce", True)
+    if not isinstance(reinforce, bool):
+        raise BadRequest("'reinforce' must be true or false", field="reinforce")
+    return RecallRequest(query, recent, budget, limit, reinforce)
 
 
 def _strict_bool(body: dict, name: str) -> bool:

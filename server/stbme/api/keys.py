@@ -11,6 +11,7 @@ from ..services import Services
 
 services_key = web.AppKey("services", Services)
 token_key = web.AppKey("token", str)
+identity_key = web.AppKey("identity_secret", str)   # the lock file's secret (stbme serve), "" without one
 sockets_key = web.AppKey("sockets", weakref.WeakSet)
 polls_key = web.AppKey("polls", PollSessions)
 

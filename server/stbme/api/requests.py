@@ -11,9 +11,9 @@ import orjson
 from aiohttp import web
 
 from ..errors import BadRequest, PayloadTooLarge, StbmeError, error_body
+from ..wire_limits import check_chat_id
 
 log = logging.getLogger("stbme.http")
-MAX_CHAT_ID = 512
 DEFAULT_BODY_TIMEOUT_S = 60.0
 # The body timeout of an app, read per request (server.body_timeout_s for the sidecar; the hub's default).
 body_timeout_key = web.AppKey("body_timeout_s", Callable[[], float])
@@ -72,17 +72,6 @@ async def read_object(request: web.Request, hint: str) -> dict:
     if not isinstance(body, dict):
         raise BadRequest(f"the body must be a JSON object: {hint}")
     return body
-
-
-def check_chat_id(chat_id: Any) -> str:
-    """Chat ids are arbitrary strings from SillyTavern, within limits."""
-    if not isinstance(chat_id, str) or not chat_id.strip():
-        raise BadRequest("chat id is empty", field="chat_id")
-    if len(chat_id) > MAX_CHAT_ID:
-        raise BadRequest(f"chat id is longer than {MAX_CHAT_ID} characters", field="chat_id")
-    if "\x00" in chat_id:
-        raise BadRequest("chat id contains a NUL character", field="chat_id")
-    return chat_id
 
 
 def chat_id(request: web.Request) -> str:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from .. import config
-from ..errors import BadRequest
+from .. import __version__, config
+from ..errors import BadRequest, NotFound
 from ..graph.schema import Strength
+from ..server_identity import proof
 from .bodies import parse_memory_edit, parse_new_memory, parse_recall, parse_settings, parse_sync_request
 from .keys import services as _svc
-from .keys import token_key
+from .keys import identity_key, token_key
 from .middleware import is_authorised
 from .requests import chat_id, choice_query, int_query, json_response, read_json, read_object
 
@@ -29,6 +30,19 @@ async def health(request):
         report["store"]["path"] = None
     report["settings_degraded"] = [d.to_json() for d in svc.settings.degraded] if authorised else []
     return json_response(report)
+
+
+async def identity(request):
+    """The answer to a command's challenge (`?nonce=`): who this server is, proven with the lock file's
+    secret (server_identity.py). 404 for a server without a lock (tests, an app built in-process)."""
+    secret = request.app[identity_key]
+    nonce = request.query.get("nonce", "")
+    if not secret:
+        raise NotFound("this server has no lock file to prove itself with", field="nonce")
+    if not 16 <= len(nonce) <= 128:
+        raise BadRequest("'nonce' must be 16-128 characters", field="nonce")
+    port = (request.transport.get_extra_info("sockname") or (None, 0))[1] if request.transport else 0
+    return json_response({"proof": proof(secret, nonce, port), "version": __version__})
 
 
 async def get_settings(request):
@@ -176,6 +190,7 @@ async def reindex(request):
 def setup_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/health", health)
+    r.add_get("/v1/identity", identity)
     r.add_get("/v1/settings", get_settings)
     r.add_put("/v1/settings", put_settings)
     r.add_get("/v1/settings/schema", settings_schema)

@@ -1,16 +1,40 @@
-"""The `stbme` command line: a click group whose commands call the same use cases as the HTTP API."""
+"""The `stbme` command line: a click group whose commands speak the sidecar's HTTP API, to a running server
+or to one they open for themselves (cli/common.py). A command's module is imported when it runs (or when
+the help lists it), so `stbme --version` loads click and little else."""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from .. import __version__
-from .commands import export, import_cmd, recall_cmd, reindex, serve, settings, stats
-from .dna import dna_group, hub_command
-from .ingest import ingest
+from ..data_dir import set_private_umask
+
+# command name -> (module in this package, attribute)
+COMMANDS = {
+    "dna": ("dna", "dna_group"), "export": ("commands", "export"), "hub": ("dna", "hub_command"),
+    "import": ("commands", "import_cmd"), "ingest": ("ingest", "ingest"), "recall": ("commands", "recall_cmd"),
+    "reindex": ("commands", "reindex"), "serve": ("commands", "serve"), "settings": ("commands", "settings"),
+    "stats": ("commands", "stats"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when the command is asked for (click's own pattern for
+    lazily loaded subcommands)."""
+
+    def list_commands(self, ctx: click.Context | None) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context | None, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[name]
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stbme")
 def main():
     """ST-BME Sidecar: long-term memory for SillyTavern roleplay chats.
@@ -26,5 +50,7 @@ def main():
     """
 
 
-for command in (serve, ingest, stats, recall_cmd, export, import_cmd, reindex, settings, dna_group, hub_command):
-    main.add_command(command)
+def entry() -> None:
+    """The `stbme` program: what it writes is its owner's alone (data_dir.py), then the command line."""
+    set_private_umask()
+    main(prog_name="stbme")

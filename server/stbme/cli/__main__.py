@@ -1,3 +1,3 @@
-from . import main
+from . import entry
 
-main(prog_name="stbme")
+entry()

@@ -34,6 +34,11 @@ class Embedder(abc.ABC):
         """False while warm_up() runs: a recall then answers from keywords instead of waiting for it."""
         return True
 
+    @property
+    def loaded(self) -> bool:
+        """Whether a query is embedded now, with no model to load first (`/health` `embedder.ready`)."""
+        return self.ready
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         pass
 

@@ -185,6 +185,10 @@ class LocalEmbedder(Embedder):
     def ready(self) -> bool:
         return not self._warming
 
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None and not self._warming
+
     # -- the model calls (blocking) ---------------------------------------------------------------
     def clip(self, text: str) -> str:
         """The part of a passage that is embedded: its first `max_tokens` model tokens."""

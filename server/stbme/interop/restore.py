@@ -19,18 +19,22 @@ except those the chat already has (same type and fields): importing the same fil
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import sqlite3
 
 import orjson
 
 from ..graph.changes import ChangeSet, ensure_chat
+from ..graph.model import edge_from_row, node_from_row
 from ..hashing import chain_hash
 from ..pipeline.heuristic import record_mentions
 from ..pipeline.sync import load_messages, store_messages, stored_chains, undo_memories_from
 from ..store.events import record_event
 from ..store.jobs import JobKind, JobState, enqueue_job, has_open_job
-from ..store.queries import clear_chat_memories, message_count
+from ..store.journal import inserted_ranges
+from ..store.queries import chat_graph, chat_row, clear_chat_memories, message_count
+from . import formats
 from .formats import ImportedGraph
 
 
@@ -42,6 +46,50 @@ class ImportResult:
     restored_messages: int = 0   # messages the chat got from the export (it had none)
     stale: int = 0               # memories of messages the chat changed since the export, left out
     queued: bool = False         # processing of the messages after the tied ones was queued
+    unchanged: int = 0           # memories the chat already had as imported (not added again)
+    nothing_changed: bool = False   # the chat already was what the import makes of it: nothing written
+
+
+def read_export(conn: sqlite3.Connection, chat_id: str) -> tuple[list, list, formats.ChatSnapshot | None]:
+    """What an export of the chat holds, read in one transaction: its nodes and edges (rows), and its
+    messages with what each memory was made from (None for a chat the sidecar does not know)."""
+    nodes, edges = chat_graph(conn, chat_id)
+    chat = chat_row(conn, chat_id)
+    snapshot = None
+    if chat is not None:
+        # A batch left unfinished is not part of what was processed.
+        done = chat["processed_upto"] if chat["unfinished_from"] is None else chat["unfinished_from"] - 1
+        snapshot = formats.ChatSnapshot(load_messages(conn, chat_id, 0), done, chat["degraded_from"],
+                                        inserted_ranges(conn, chat_id), min(chat["llm_upto"], done))
+    return nodes, edges, snapshot
+
+
+def _signatures(graph: ImportedGraph) -> tuple[collections.Counter, collections.Counter]:
+    """The graph's memories and links as the chat would hold them, ids aside (an import gives new ones)."""
+    nodes = {}
+    for node in graph.nodes:
+        data = {k: v for k, v in node.to_json().items() if k not in ("id", "label", "embedder", "parent_id", "children")}
+        nodes[node.id] = orjson.dumps([data, graph.derived.get(node.id)], option=orjson.OPT_SORT_KEYS).decode()
+    edges = [orjson.dumps([nodes.get(e.from_id), nodes.get(e.to_id), e.relation, e.strength, e.inhibitory, e.created_at,
+                           e.valid_at, e.invalid_at, e.expired_at, graph.derived.get(e.id)]).decode()
+             for e in graph.edges]
+    return collections.Counter(nodes.values()), collections.Counter(edges)
+
+
+def _already_holds(conn: sqlite3.Connection, chat_id: str, graph: ImportedGraph) -> bool:
+    """Whether the chat already is what this import would make of it: the same export imported again
+    (its messages, how far they were processed, every memory and link)."""
+    if graph.messages is None:
+        return False
+    nodes, edges, snapshot = read_export(conn, chat_id)
+    if snapshot is None or not snapshot.messages:
+        return False
+    current = formats.from_export(formats.export_document(chat_id, [node_from_row(r) for r in nodes],
+                                                          [edge_from_row(r) for r in edges], snapshot), chat_id)
+    return ([m.hash for m in current.messages] == [m.hash for m in graph.messages]
+            and (current.processed_upto, current.degraded_from, current.llm_upto)
+            == (graph.processed_upto, graph.degraded_from, graph.llm_upto)
+            and _signatures(current) == _signatures(graph))
 
 
 def _tie_point(conn: sqlite3.Connection, chat_id: str, graph: ImportedGraph, result: ImportResult) -> tuple[int, bool]:
@@ -78,6 +126,8 @@ def _same(type_: str, fields: dict) -> tuple[str, bytes]:
 def write_import(conn: sqlite3.Connection, chat_id: str, graph: ImportedGraph, mode: str, *,
                  extract_enabled: bool) -> ImportResult:
     """The whole import as one transaction (runs on the writer thread)."""
+    if _already_holds(conn, chat_id, graph):
+        return ImportResult(tied_upto=graph.processed_upto, unchanged=len(graph.nodes), nothing_changed=True)
     ensure_chat(conn, chat_id)
     result = ImportResult()
     tie, same_chat = _tie_point(conn, chat_id, graph, result)
@@ -122,6 +172,7 @@ def write_import(conn: sqlite3.Connection, chat_id: str, graph: ImportedGraph, m
             continue
         if cs is separate and _same(node.type, node.fields) in have:
             known[node.id] = have[_same(node.type, node.fields)]
+            result.unchanged += 1
             continue
         node.parent_id = None if node.parent_id in left_out else known.get(node.parent_id, node.parent_id)
         node.children = [known.get(c, c) for c in node.children if c not in left_out]

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from ..hashing import chain_hash, message_hash
+from ..wire_limits import MAX_INDEX
 
 SUFFIX = ".jsonl"
 HEADER_KEYS = ("chat_metadata", "user_name", "character_name", "create_date")
@@ -34,6 +35,13 @@ class StChat:
     messages: list[dict]        # wire messages: {index, role, name, text, swipe_id, send_date}
     group: bool                 # no header line (a group chat)
     skipped_lines: int = 0      # lines ST would drop too (not JSON, or falsy)
+    message_lines: int = 0      # lines that are ST messages (objects with `mes`)
+
+    @property
+    def looks_like_chat(self) -> bool:
+        """A chat file: a header, or at least one message. (ST would load any JSON lines; a Python file or
+        a CSV is not what anyone meant to bring in.)"""
+        return not self.group or self.message_lines > 0
 
 
 def _js_truthy(value: Any) -> bool:
@@ -116,7 +124,24 @@ def parse_chat(data: bytes, chat_id: str, path: Path | None = None) -> StChat:
     if not group:
         values = values[1:]
     return StChat(chat_id, path or Path(chat_id + SUFFIX),
-                  [wire_message(v, i) for i, v in enumerate(values)], group, skipped)
+                  [wire_message(v, i) for i, v in enumerate(values)], group, skipped,
+                  sum(isinstance(v, dict) and "mes" in v for v in values))
+
+
+def fit_to_limits(messages: list[dict], max_chars: int) -> list[str]:
+    """Make every wire message one the sidecar accepts, so one odd message does not refuse a whole chat:
+    a text over `max_chars` (server.max_message_chars) is cut to it, a swipe id out of range becomes 0 (the
+    hash has no swipe id, so the chain stays the extension's). Returns a note per message changed."""
+    notes = []
+    for m in messages:
+        if len(m["text"]) > max_chars:
+            notes.append(f"message {m['index']} has {len(m['text'])} characters: stored cut to the first {max_chars} "
+                         "(server.max_message_chars)")
+            m["text"] = m["text"][:max_chars]
+        if not 0 <= m["swipe_id"] <= MAX_INDEX:
+            notes.append(f"message {m['index']} has swipe_id {m['swipe_id']}, out of range: stored as 0")
+            m["swipe_id"] = 0
+    return notes
 
 
 def read_chat(path: Path, chat_id: str | None = None) -> StChat:

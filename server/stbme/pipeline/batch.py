@@ -195,7 +195,8 @@ def _groups(messages: list[Message], every: int, first: int, end: int) -> list[t
 
 
 def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None, cut=None):
-    row = conn.execute("SELECT processed_upto, revision FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+    row = conn.execute("SELECT processed_upto, revision, process_through FROM chats WHERE chat_id = ?",
+                       (chat_id,)).fetchone()
     if row is None:
         return None
     start = row["processed_upto"] + 1
@@ -211,6 +212,10 @@ def _read_batch(conn: sqlite3.Connection, chat_id: str, every: int, end_fn=None,
         # A whole window of user messages and no reply (an imported two-person chat, a long monologue): they
         # are processed in batches of their own rather than wait for a reply forever.
         end = messages[MAX_BATCH_MESSAGES - 1].index
+    if end is None and messages and row["process_through"] >= start:
+        # The chat's last messages, with no reply to end their batch yet, asked for (a whole chat brought
+        # in, "remember this chat's history now"): a batch of what there is.
+        end = min(row["process_through"], messages[-1].index, start + MAX_BATCH_MESSAGES - 1)
     if end is None:
         return None
     total = message_count(conn, chat_id)

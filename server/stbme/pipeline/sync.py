@@ -111,7 +111,8 @@ def apply_sync(conn: sqlite3.Connection, chat_id: str, req: SyncRequest, *, extr
     rolled_back = 0
     touched: set[str] = set()
     if cut is not None:
-        conn.execute("UPDATE chats SET revision = revision + 1 WHERE chat_id = ?", (chat_id,))
+        conn.execute("UPDATE chats SET revision = revision + 1, process_through = min(process_through, ?)"
+                     " WHERE chat_id = ?", (cut - 1, chat_id))
         if cut <= processed_upto:
             undo, processed_upto = undo_memories_from(conn, chat_id, cut, reason="chat changed")
             rolled_back = undo.entries

@@ -52,6 +52,7 @@ class RecallQuery:
     recent: list[dict]
     budget_tokens: int
     max_memories: int
+    reinforce: bool = True   # False: a look at what would be injected changes nothing stored
 
 
 def greeting_in_prompt(conn, chat_id: str, tokens: int) -> int:
@@ -161,11 +162,12 @@ def plan_query_draft(q: RecallQuery, settings, lexical) -> list[str]:
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,
                  settings, reranker=None, states: ChatStates | None = None,
-                 reinforcement: Reinforcement | None = None) -> dict:
+                 reinforcement: Reinforcement | None = None, index_wait_s: float | None = INDEX_WAIT_S) -> dict:
     """Run one recall; `settings(name)` gives the chat's effective setting. `reranker(result, query,
     recent)` (the optional LLM rerank) reorders a larger candidate list and cuts it to max_memories.
     `states` keeps the chats' states between recalls; `reinforcement` counts what is injected (without
-    one, the count is written at once)."""
+    one, the count is written at once). `index_wait_s`: how long to wait for a chat's HNSW index that is
+    not loaded yet (None: until it is)."""
     started = time.perf_counter()
     prompt_tokens = settings("recall.in_prompt_tokens")
     states = states or ChatStates(store)
@@ -203,7 +205,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     embed_ms = (time.perf_counter() - started) * 1000
     if vectors:
         # After a restart the HNSW index may still be loading: answer from keywords rather than wait.
-        hnsw = await indexes.vectors.get_within(chat_id, INDEX_WAIT_S)
+        hnsw = await (indexes.vectors.get(chat_id) if index_wait_s is None
+                      else indexes.vectors.get_within(chat_id, index_wait_s))
         if hnsw is None:
             degraded, vectors = "the vector index is still loading: keyword results only", []
     w_lex, w_vec = tuning.LEXICAL_WEIGHT, tuning.VECTOR_WEIGHT
@@ -281,7 +284,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     placed_ids = {n.id for n in placed}
     # In the block's order: the core sections come before the evidence.
     chosen = [s for s in core if s.node.id in placed_ids] + [s for s in result if s.node.id in placed_ids]
-    if chosen:
+    if chosen and q.reinforce:
         if reinforcement is None:
             reinforcement = Reinforcement(store)
             reinforcement.injected([s.node.id for s in chosen])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -16,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from ..data_dir import create_private_file, private_file
 from ..errors import StoreClosed
 from .migrations import MIGRATIONS, Migration, migrate
 
@@ -59,6 +61,11 @@ class Store:
         """Open (creating and migrating) the database at path and start the writer thread."""
         store = cls(Path(path), migrations)
         store.path.parent.mkdir(parents=True, exist_ok=True)
+        # The chats are in here: 0600 before SQLite writes a byte (its -wal and -shm files take this mode).
+        create_private_file(store.path)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                private_file(f"{store.path}{suffix}")
         store._thread.start()
         store._ready.wait()
         if store._start_error is not None:

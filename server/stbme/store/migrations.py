@@ -350,6 +350,14 @@ def m012_speaker_text(conn: sqlite3.Connection) -> None:
                  " AND json_extract(fields, '$.speaker') IS NOT NULL")
 
 
+@migration
+def m009_process_through(conn: sqlite3.Connection) -> None:
+    # Messages up to this index are processed even without the reply that would end their batch: the
+    # chat was brought in whole (`stbme ingest`) or the user asked to remember all of it now. A chat
+    # change at or before it lowers it (pipeline/sync.py): the request was about the old messages.
+    conn.execute("ALTER TABLE chats ADD COLUMN process_through INTEGER NOT NULL DEFAULT -1")
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(

@@ -8,8 +8,14 @@ from typing import Any, Iterable
 import orjson
 
 
+class NotJson(str):
+    """A stored value that is not JSON (the row was edited by hand): its text, for the warning that sets
+    it aside (setting_rules.unreadable_values). Never a setting's value."""
+
+
 def load_settings(conn: sqlite3.Connection, known: Iterable[str]) -> tuple[dict[str, Any], dict[str, dict]]:
-    """(global values, {chat id: overrides}); rows of settings unknown to this version are kept, unused."""
+    """(global values, {chat id: overrides}); rows of settings unknown to this version are kept, unused;
+    a value that is not JSON comes back as NotJson (a start must never fail on one)."""
     known = set(known)
     glob: dict[str, Any] = {}
     chats: dict[str, dict] = {}
@@ -17,7 +23,10 @@ def load_settings(conn: sqlite3.Connection, known: Iterable[str]) -> tuple[dict[
         if row["name"] not in known:
             continue  # a setting removed in a newer version: ignore, keep the row
         target = glob if row["scope"] == "" else chats.setdefault(row["scope"], {})
-        target[row["name"]] = orjson.loads(row["value"])
+        try:
+            target[row["name"]] = orjson.loads(row["value"])
+        except (orjson.JSONDecodeError, TypeError):
+            target[row["name"]] = NotJson(row["value"] if isinstance(row["value"], str) else repr(row["value"]))
     return glob, chats
 
 

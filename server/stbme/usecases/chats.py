@@ -9,7 +9,7 @@ from .. import config
 from ..errors import Conflict, NotFound
 from ..index import ChatIndexes
 from ..store import Store
-from ..store.jobs import JobKind, chat_jobs, enqueue_job, has_open_job
+from ..store.jobs import JobKind, JobState, chat_jobs, enqueue_job, has_open_job
 from ..store.queries import (count_active_nodes, count_unembedded, delete_chat_rows, list_chats, message_count,
                              require_chat)
 from .progress import ProgressTracker
@@ -61,15 +61,19 @@ class Chats:
         return {"deleted": {"messages": counts["messages"], "nodes": counts["nodes"], "edges": counts["edges"]}}
 
     async def process_now(self, chat_id: str) -> dict:
-        """Queue the processing of every stored message not yet turned into memories (if any), and say how far
-        it is. The worker runs it; progress goes to the live channel and the chat status."""
+        """Queue the processing of every stored message not yet turned into memories (if any), the last ones
+        too although no reply ends their batch yet, and say how far it is. The worker runs it; progress goes
+        to the live channel and the chat status."""
         if not self.settings.get("extract.enabled", chat_id):
             raise Conflict("memory extraction is off for this chat (extract.enabled): turn it on first",
                            field="extract.enabled")
 
         def queue(conn):
             chat = require_chat(conn, chat_id)
-            if chat["processed_upto"] >= message_count(conn, chat_id) - 1 or has_open_job(conn, chat_id):
+            last = message_count(conn, chat_id) - 1
+            conn.execute("UPDATE chats SET process_through = ? WHERE chat_id = ?", (last, chat_id))
+            # A running job may be past its last look at the messages: queue one behind it.
+            if chat["processed_upto"] >= last or has_open_job(conn, chat_id, states=(JobState.PENDING,)):
                 return False
             enqueue_job(conn, chat_id, JobKind.PROCESS)
             return True

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import orjson
 
@@ -41,6 +41,7 @@ class Embedding:
         self._lock = asyncio.Lock()    # one embedding pass at a time; the switch holds it while swapping
         self._reembed: dict | None = None
         self._deferred: set[str] = set()   # chats whose embedding waits until their extraction is done
+        self.on_embedded: list[Callable[[str, int], Awaitable[None]]] = []   # (chat, vectors stored): progress
 
     # -- after writes ---------------------------------------------------------------------------
     async def index_changes(self, chat_id: str, node_ids) -> None:
@@ -101,6 +102,8 @@ class Embedding:
             changed = await self.store.write(save)
             if index:
                 await self.indexes.apply(chat_id, changed)
+            for listener in self.on_embedded:
+                await listener(chat_id, len(changed))
             done += len(changed)
             if progress:
                 progress(done)
@@ -208,7 +211,8 @@ class Embedding:
         reembed = None
         if self.reembedding():
             reembed = {k: self._reembed[k] for k in ("done", "total", "embedder")}
-        return {"id": self.embeddings.id, "dim": self.indexes.vectors.dim, "ready": True, "reembedding": reembed,
+        return {"id": self.embeddings.id, "dim": self.indexes.vectors.dim, "ready": self.embeddings.embedder.loaded,
+                "reembedding": reembed,
                 "last_error": (self._reembed or {}).get("error")}
 
     async def close(self) -> None:

@@ -31,12 +31,15 @@ async def push_chat(send: SyncSend, chat: StChat, *, max_messages: int, max_byte
         body, end = sync_body(chat.messages, chains, start, max_messages=max_messages, max_bytes=max_bytes)
         answer = await send(chat.chat_id, body)
         requests += 1
-        rolled_back += answer.get("rolled_back") or 0
-        if answer["status"] == "synced":
+        if not isinstance(answer, dict):
+            raise StbmeError(f"the sidecar answered a sync with {type(answer).__name__}, not an object")
+        undone = answer.get("rolled_back")
+        rolled_back += undone if isinstance(undone, int) else 0
+        if answer.get("status") == "synced":
             if end >= length:
                 return {**answer, "rolled_back": rolled_back, "requests": requests}
             start = end
-        elif answer["status"] == "need_more":
+        elif answer.get("status") == "need_more":
             need_from = answer.get("need_from")
             if not isinstance(need_from, int) or not 0 <= need_from <= length:
                 raise StbmeError(f"the sidecar asked for messages from {need_from!r}; the chat has {length}")
@@ -45,7 +48,7 @@ async def push_chat(send: SyncSend, chat: StChat, *, max_messages: int, max_byte
             previous = (start, end)
             start = min(need_from, max(length - 1, 0))
         else:
-            raise StbmeError(f"unexpected sync status {answer['status']!r}")
+            raise StbmeError(f"unexpected sync status {answer.get('status')!r}")
 
 
 async def follow(status_of: StatusRead, chat_id: str, report: Callable[[dict], None], *,

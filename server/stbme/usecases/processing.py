@@ -71,7 +71,8 @@ class ChatProcessor:
             row = chat_row(conn, chat_id)
             return (row["processed_upto"] + 1 if row else 0), message_count(conn, chat_id)
 
-        self.progress.started(chat_id, *await self.store.read(position))
+        # Without an LLM no stage waits for vectors: they are made once the messages are (see _process).
+        self.progress.started(chat_id, *await self.store.read(position), vectors_follow=self.memory_llm.mode == "none")
         try:
             batches = await self._process(chat_id)
         except BaseException:

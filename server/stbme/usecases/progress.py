@@ -1,7 +1,11 @@
 """Progress a person can read, per chat: messages processed of those stored, memories embedded of those
-made, and a steady time left. The pace is measured over the last batches (not since the start of a job,
-which swings with every pause and every new sync), reported on the live channel, in the server log every
-few seconds while the chat is worked on, and in `/health` and the chat status."""
+made, and a steady time left for the whole of it. Two paces are measured over the last steps (not since
+the start of a job, which swings with every pause and every new sync): messages per second over the last
+batches, vectors per second over the last embedding batches. Without an LLM the vectors come after every
+message is processed (the whole chat is keyword-searchable first), and they take most of the time: the
+time left counts the vectors still to make, those of the messages not processed yet included. Reported on
+the live channel, in the server log every few seconds while the chat is worked on (while it is embedded
+too), and in `/health` and the chat status."""
 
 from __future__ import annotations
 
@@ -23,6 +27,11 @@ LOG_EVERY_S = 5.0        # server log lines per chat while it is worked on
 RESUME_WITHIN_S = 15.0   # a chat worked on again this soon keeps its measured pace
 
 
+def _window(samples=()) -> collections.deque:
+    """The recent samples a pace is measured over: (monotonic time, steps done)."""
+    return collections.deque(samples, maxlen=WINDOW_BATCHES + 1)
+
+
 @dataclasses.dataclass
 class _Run:
     started: float
@@ -32,6 +41,9 @@ class _Run:
     embedded: int = 0
     embed_total: int = 0
     working: bool = True
+    vectors_follow: bool = False      # the vectors are made after the messages (no LLM): count them ahead
+    vector_samples: collections.deque = dataclasses.field(default_factory=_window)  # (time, vectors made)
+    vectors_made: int = 0
     last_publish: float = 0.0
     last_log: float = 0.0
     finished_at: float = 0.0
@@ -63,24 +75,27 @@ class ProgressTracker:
         self.embedder_id = embedder_id
         self.clock = clock
         self._runs: dict[str, _Run] = {}
+        self._vector_pace: float | None = None   # the last pace measured on any chat: a chat's first guess
 
     def _run(self, chat_id: str, done: int) -> _Run:
         now = self.clock()
         run = self._runs.get(chat_id)
         if run is None or (not run.working and now - run.finished_at > RESUME_WITHIN_S):
-            run = self._runs[chat_id] = _Run(now, collections.deque([(now, done)], maxlen=WINDOW_BATCHES + 1))
+            run = self._runs[chat_id] = _Run(now, _window([(now, done)]))
         elif not run.working:  # resumed soon after: keep the pace, without the idle pause in it
             gap = now - run.finished_at
-            run.samples = collections.deque(((t + gap, d) for t, d in run.samples), maxlen=WINDOW_BATCHES + 1)
+            run.samples = _window((t + gap, d) for t, d in run.samples)
+            run.vector_samples = _window((t + gap, v) for t, v in run.vector_samples)
         run.working = True
         return run
 
-    def started(self, chat_id: str, done: int, total: int) -> None:
-        """The chat's processing starts (or resumes) with `done` of `total` messages processed."""
+    def started(self, chat_id: str, done: int, total: int, *, vectors_follow: bool = False) -> None:
+        """The chat's processing starts (or resumes) with `done` of `total` messages processed;
+        `vectors_follow`: its memories are embedded once its messages are processed (no LLM)."""
         run = self._run(chat_id, done)
-        run.done, run.total = done, total
+        run.done, run.total, run.vectors_follow = done, total, vectors_follow
         if run.samples[-1][1] != done:  # messages were undone or added meanwhile: the pace starts again
-            run.samples = collections.deque([(self.clock(), done)], maxlen=WINDOW_BATCHES + 1)
+            run.samples = _window([(self.clock(), done)])
 
     async def batch_done(self, chat_id: str, done: int, total: int, **details) -> None:
         """A batch was committed: `done` messages of `total` are processed. `details` (e.g. the batch's
@@ -89,6 +104,19 @@ class ProgressTracker:
         run.samples.append((self.clock(), done))
         run.done, run.total = done, total
         await self._report(chat_id, run, details=details)
+
+    async def embedded(self, chat_id: str, count: int) -> None:
+        """`count` more of the chat's memories got their vectors (an embedding batch was committed)."""
+        run = self._runs.get(chat_id)
+        if run is None or not run.working or count <= 0:
+            return
+        # The first batch only starts the clock: when its work began is not known.
+        run.vectors_made += count
+        run.vector_samples.append((self.clock(), run.vectors_made))
+        pace = self.vector_rate(run)
+        if pace is not None:
+            self._vector_pace = pace
+        await self._report(chat_id, run)
 
     async def finished(self, chat_id: str) -> None:
         """Nothing more to do for now (the rest waits for new messages)."""
@@ -109,18 +137,47 @@ class ProgressTracker:
     def forget(self, chat_id: str) -> None:
         self._runs.pop(chat_id, None)
 
-    def rate(self, run: _Run) -> float | None:
-        """Messages per second over the recent batches, None until there is enough to tell."""
-        (t0, d0), (t1, d1) = run.samples[0], run.samples[-1]
-        if len(run.samples) < 3 or t1 - t0 < MIN_WINDOW_S or d1 <= d0:
+    @staticmethod
+    def _pace(samples: collections.deque) -> float | None:
+        """Steps per second over the samples, None until there is enough to tell."""
+        if len(samples) < 3:
+            return None
+        (t0, d0), (t1, d1) = samples[0], samples[-1]
+        if t1 - t0 < MIN_WINDOW_S or d1 <= d0:
             return None
         return (d1 - d0) / (t1 - t0)
 
-    def eta(self, run: _Run) -> float | None:
-        rate = self.rate(run)
+    def rate(self, run: _Run) -> float | None:
+        """Messages per second over the recent batches, None until there is enough to tell."""
+        return self._pace(run.samples)
+
+    def vector_rate(self, run: _Run) -> float | None:
+        """Vectors per second over the recent embedding batches (another chat's pace until this one has its
+        own), None until known."""
+        return self._pace(run.vector_samples) or self._vector_pace
+
+    def eta(self, run: _Run, done: int, total: int, embedded: int, embed_total: int) -> float | None:
+        """Seconds until the chat's messages are processed and its memories embedded, None until the paces
+        it needs are known."""
         if not run.working:
-            return 0.0 if run.done >= run.total else None
-        return None if rate is None else max(0.0, (run.total - run.done) / rate)
+            return 0.0 if done >= total and embedded >= embed_total else None
+        messages_left, vectors_left = max(0, total - done), max(0, embed_total - embedded)
+        seconds = 0.0
+        if messages_left:
+            rate = self.rate(run)
+            if rate is None:
+                return None
+            seconds += messages_left / rate
+        if run.vectors_follow:
+            # The memories of the messages still to process get their vectors after them, as many per
+            # message as so far.
+            vectors_left += round(messages_left * embed_total / done) if done else 0
+            if vectors_left:
+                pace = self.vector_rate(run)
+                if pace is None:
+                    return None
+                seconds += vectors_left / pace
+        return max(0.0, seconds)
 
     async def _counts(self, chat_id: str, run: _Run) -> None:
         embedder = self.embedder_id()
@@ -133,7 +190,8 @@ class ProgressTracker:
 
     async def _report(self, chat_id: str, run: _Run, force: bool = False, details: dict | None = None) -> None:
         now = self.clock()
-        publish = force or now - run.last_publish >= PUBLISH_EVERY_S
+        # A batch's details (its evolution figures) are said once: never held back by the throttle.
+        publish = force or bool(details) or now - run.last_publish >= PUBLISH_EVERY_S
         write_log = force or now - run.last_log >= LOG_EVERY_S
         if not (publish or write_log):
             return
@@ -147,16 +205,16 @@ class ProgressTracker:
         if write_log:
             run.last_log = now
             if run.working:
-                log.info("chat %r: %d/%d messages processed (%g%%), %d/%d memories embedded, %s",
+                log.info("chat %r: %d/%d messages processed (%g%%), %d/%d memories embedded (%g%%), %s",
                          chat_id, run.done, run.total, snap["messages"]["percent"], run.embedded,
-                         run.embed_total, format_duration(snap["eta_s"]))
+                         run.embed_total, snap["embedding"]["percent"], format_duration(snap["eta_s"]))
             else:
                 log.info("chat %r: processing caught up: %d/%d messages, %d/%d memories embedded (%.0f s)",
                          chat_id, run.done, run.total, run.embedded, run.embed_total, now - run.started)
 
     def _snapshot(self, chat_id: str, run: _Run) -> dict:
         rate = self.rate(run)
-        eta = self.eta(run)
+        eta = self.eta(run, run.done, run.total, run.embedded, run.embed_total)
         return {"chat_id": chat_id, "working": run.working,
                 "messages": {"done": run.done, "total": run.total, "percent": _percent(run.done, run.total)},
                 "embedding": {"done": run.embedded, "total": run.embed_total,
@@ -182,7 +240,7 @@ class ProgressTracker:
         run = self._runs.get(chat_id)
         rate = eta = None
         if run is not None and run.working:
-            rate, eta = self.rate(run), self.eta(run)
+            rate, eta = self.rate(run), self.eta(run, done, total, embedded, embed_total)
         return {"working": bool(run and run.working),
                 "messages": {"done": done, "total": total, "percent": _percent(done, total)},
                 "embedding": {"done": embedded, "total": embed_total, "percent": _percent(embedded, embed_total)},

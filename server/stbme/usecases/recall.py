@@ -7,7 +7,7 @@ import dataclasses
 from .. import config
 from ..embed import EmbeddingService
 from ..index import ChatIndexes
-from ..recall.read_path import ChatStates, RecallQuery, recall
+from ..recall.read_path import INDEX_WAIT_S, ChatStates, RecallQuery, recall
 from ..recall.reinforce import Reinforcement
 from ..recall.rerank import rerank
 from ..store import Store
@@ -23,11 +23,13 @@ class RecallRequest:
     recent: list[dict] = dataclasses.field(default_factory=list)   # [{role, name, text}], newest last
     budget_tokens: int | None = None    # None: recall.budget_tokens
     max_memories: int | None = None     # None: recall.max_memories
+    reinforce: bool = True              # False: only look (the CLI's `stbme recall`): nothing stored changes
 
 
 class Recall:
     def __init__(self, store: Store, settings: config.Settings, embeddings: EmbeddingService, indexes: ChatIndexes,
-                 memory_llm: MemoryLLM):
+                 memory_llm: MemoryLLM, *, index_wait_s: float | None = INDEX_WAIT_S):
+        self.index_wait_s = index_wait_s   # None: wait for a chat's vector index (a command, not a generation)
         self.store = store
         self.settings = settings
         self.embeddings = embeddings
@@ -61,5 +63,6 @@ class Recall:
                 return await rerank(client, result, query=text, recent=recent_texts, max_memories=limit,
                                     setting=setting)
         return await recall(store=self.store, embeddings=self.embeddings, indexes=self.indexes, chat_id=chat_id,
-                            q=RecallQuery(req.query, req.recent, budget, limit), settings=setting, reranker=reranker,
-                            states=self.states, reinforcement=self.reinforcement)
+                            q=RecallQuery(req.query, req.recent, budget, limit, req.reinforce), settings=setting,
+                            reranker=reranker, states=self.states, reinforcement=self.reinforcement,
+                            index_wait_s=self.index_wait_s)

@@ -8,9 +8,9 @@ from typing import Any, Awaitable, Callable
 
 from .. import config
 from ..dna.environment import apply_plan_environment
-from ..setting_rules import check_combination, usable_values
+from ..setting_rules import check_combination, unreadable_values, usable_values
 from ..store import Store
-from ..store.settings import load_settings, save_settings
+from ..store.settings import NotJson, load_settings, save_settings
 
 # A listener gets the values just saved and the values they replaced.
 Listener = Callable[[dict[str, Any], dict[str, Any]], Awaitable[None]]
@@ -39,10 +39,11 @@ def open_settings(store: Store, cli_settings: dict[str, Any] | None = None) -> c
     """The effective settings of a data directory. Stored values that cannot work are set aside for this
     run with a warning (never a failed start); `--setting` values are checked like an API update, then saved."""
     glob, chats = store.read_sync(lambda conn: load_settings(conn, config.BY_NAME))
+    unreadable = unreadable_values(glob, chats, lambda value: isinstance(value, NotJson))
     apply_plan_environment(glob, chats)
     values, chats, degraded = usable_values(glob, chats)
     settings = config.Settings(values, chats)
-    settings.degraded = degraded
+    settings.degraded = unreadable + degraded
     if cli_settings:
         clean, applied, settings.degraded = plan_global_update(settings, cli_settings)
         store.write_sync(lambda conn: save_settings(conn, clean))

@@ -11,12 +11,9 @@ from ..errors import BadRequest, StbmeError
 from ..graph.model import edge_from_row, node_from_row
 from ..index import ChatIndexes
 from ..interop import formats
-from ..interop.restore import write_import
+from ..interop.restore import read_export, write_import
 from ..live import LiveHub
-from ..pipeline.sync import load_messages
 from ..store import Store
-from ..store.journal import inserted_ranges
-from ..store.queries import chat_graph, chat_row
 from .embedding import Embedding
 
 IMPORT_MODES = ("merge", "replace")
@@ -40,18 +37,7 @@ class Transfer:
         if fmt not in EXPORT_FORMATS:
             raise BadRequest(f"'format' must be one of {', '.join(EXPORT_FORMATS)}", field="format")
 
-        def read(conn):
-            nodes, edges = chat_graph(conn, chat_id)
-            chat = chat_row(conn, chat_id)
-            snapshot = None
-            if chat is not None:
-                # A batch left unfinished is not part of what was processed.
-                done = chat["processed_upto"] if chat["unfinished_from"] is None else chat["unfinished_from"] - 1
-                snapshot = formats.ChatSnapshot(load_messages(conn, chat_id, 0), done, chat["degraded_from"],
-                                                inserted_ranges(conn, chat_id), min(chat["llm_upto"], done))
-            return nodes, edges, snapshot
-
-        nodes, edges, snapshot = await self.store.read(read)
+        nodes, edges, snapshot = await self.store.read(lambda conn: read_export(conn, chat_id))
         nodes, edges = [node_from_row(r) for r in nodes], [edge_from_row(r) for r in edges]
         if fmt == "st-bme":
             return formats.to_stbme_extension(nodes, edges, snapshot.processed_upto if snapshot else -1)
@@ -64,7 +50,8 @@ class Transfer:
         graph = formats.convert(doc, chat_id)
         extract = self.settings.get("extract.enabled", chat_id)
         result = await self.store.write(lambda conn: write_import(conn, chat_id, graph, mode, extract_enabled=extract))
-        self.indexes.drop(chat_id)
+        if not result.nothing_changed:
+            self.indexes.drop(chat_id)
         started = time.monotonic()
         total = result.nodes
 
@@ -82,4 +69,4 @@ class Transfer:
             self.wake_worker()
         return {"imported": {"nodes": result.nodes, "edges": result.edges}, "skipped": graph.skipped[:100],
                 "tied_upto": result.tied_upto, "restored_messages": result.restored_messages,
-                "left_for_processing": result.stale}
+                "left_for_processing": result.stale, "unchanged": result.unchanged}
