@@ -1,7 +1,8 @@
-"""Conformance with seed 001 (`../shared/reference/seeds/001_6e208cd0ce003b94.txt`, the DNA Memory v3
-evolver integration plan). Each test names the plan's lines it checks; docs/seeds.md is the table of every
-contract point (follows / differs / extends). Where signals come from, the count kept per instruction and
-the dedupe's similarity differ from the plan and are measured by scripts/eval_directives.py."""
+"""Conformance with seed 001, the DNA Memory v3.0 evolver integration plan (`EVOLVER_INTEGRATION.md`, "the
+plan"). Each test names the plan's lines it checks, counted from the document's first line (its file name);
+docs/seeds.md is the table of every contract point (follows / differs / extends). Where signals come from, the
+count kept per instruction and the dedupe's similarity differ from the plan and are measured by
+scripts/eval_directives.py."""
 
 from __future__ import annotations
 
