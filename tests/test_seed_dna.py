@@ -7,6 +7,8 @@ scripts/eval_directives.py."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,6 +69,44 @@ def test_001_L69_L83_confidence_on_the_whole_text():
     for text in ("（OOC：我喜欢慢节奏。一定记住。）", "我喜欢慢节奏。一定记住。"):
         [kept] = best_per_unit(extract_signals(text))
         assert (kept.type, kept.confidence) == ("preference", pytest.approx(0.8)), text
+
+
+# What docs/seeds.md says each example gives, under each scope: (type, confidence) kept, and the plan's count.
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "seeds.md"
+NONE: tuple = ([], 0)
+DOCS_EXAMPLES = {
+    "Nope, not yet!": {"message": ([("correction", 0.7)], 1), "instructions": NONE, "ooc": NONE},
+    "我们决定绕远路走。": {"message": ([("decision", 0.7)], 1), "instructions": NONE, "ooc": NONE},
+    "不是红色是绿色，以后不要忘记": {"message": ([("correction", 0.8)], 3), "instructions": NONE, "ooc": NONE},
+    "（OOC：不是红色是绿色，以后不要忘记）": {s: ([("correction", 0.8)], 3) for s in ("message", "instructions", "ooc")},
+    "我喜欢慢节奏。一定记住。": {"message": ([("preference", 0.8)], 1), "instructions": ([("preference", 0.8)], 1),
+                         "ooc": NONE},
+    "（OOC：我喜欢慢节奏。一定记住。）": {s: ([("preference", 0.8)], 1) for s in ("message", "instructions", "ooc")},
+    "(OOC: no, her eyes are green, not blue)": {s: ([("correction", 0.7)], 1) for s in ("message", "instructions", "ooc")},
+}
+
+
+@pytest.mark.parametrize("text", list(DOCS_EXAMPLES))
+def test_001_L54_L83_the_docs_examples_give_what_they_say_under_each_scope(text):
+    """Every signal example in docs/seeds.md, as written there, under the scope the docs name for it (issue 22:
+    a plain `不是红色是绿色，以后不要忘记` gives no signal under the default scope, only under `message` or
+    inside OOC markup)."""
+    assert f"`{text}`" in DOCS.read_text(encoding="utf-8")
+    for scope, (kept, count) in DOCS_EXAMPLES[text].items():
+        found = extract_signals(text, min_confidence=0, scope=scope)
+        assert len(found) == count, (scope, found)
+        assert [(s.type, s.confidence) for s in best_per_unit(found)] == [(t, pytest.approx(c)) for t, c in kept], scope
+
+
+def test_the_seeds_doc_names_only_tests_that_exist():
+    """docs/seeds.md cites conformance tests by name; each must exist (a renamed test leaves no stale row)."""
+    here = Path(__file__).resolve().parent
+    defined = set(re.findall(r"def (test_\w+)", "".join(p.read_text(encoding="utf-8") for p in here.glob("test_*.py"))))
+    cited = re.findall(r"`(?:[\w./]+::)?(test_\w+?)(\*)?(?:\[\w+\])?`", DOCS.read_text(encoding="utf-8"))
+    assert cited
+    assert not {name for name, family in cited if not family} - defined
+    # `test_001_L26_L83_*` cites a family: at least one test of it
+    assert not [name for name, family in cited if family and not any(d.startswith(name) for d in defined)]
 
 
 # -- 2. strategies (lines 96-140) -----------------------------------------------------------------------------
