@@ -6,6 +6,7 @@ scripts/eval_directives.py."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from conftest import HashEmbedder, full_sync, settle
 from stbme import config
 from stbme.api.app import create_app
 from stbme.api.hub import create_hub_app
+from stbme.api.keys import services_key
 from stbme.dna import assets, plan_files, repair
 from stbme.dna.dynamics import DIRECTIVE_START_WEIGHT
 from stbme.dna.environment import apply_plan_environment
@@ -253,6 +255,59 @@ async def test_001_L231_L233_L425_L428_genes_capsules_events_files(sidecar, tmp_
     mine = next(g for g in again.genes if g.id == "gene_1713370000")
     assert (mine.created_at, mine.usage_count, mine.actions) == (NOW, 1, [{"op": "template", "original": "a"}])
     assert (again.events[0].at, again.events[0].kind) == (NOW, "note")
+
+
+async def test_001_L231_L267_a_plan_users_files_go_back_out_with_the_plans_keys(sidecar, tmp_path):
+    """Genes and capsules as the plan writes them (lines 237-245, 255-261) come back out of an export as they
+    went in: the same keys, the same values (our keys were added to every entry before, issue 22)."""
+    genes = [{"id": "gene_1713370000", "name": "g", "description": "d", "triggers": [{"type": "error", "pattern": "x"}],
+              "actions": ["a", {"type": "pin"}], "created": NOW, "usage_count": 4}]
+    capsules = [{"id": "capsule_1713370001", "name": "c", "gene_ids": ["gene_1713370000"], "strategy": "cleanup",
+                 "created": NOW + 1}]
+    await sidecar.dna_assets.import_plan(plan_files.parse_body({"genes": genes, "capsules": capsules}))
+    await sidecar.dna_assets.export_plan_dir(tmp_path / "memory")
+    again = {p.name: json.loads(p.read_text("utf-8")) for p in (tmp_path / "memory").glob("*.json")}
+    assert [g for g in again["genes.json"] if g["id"] == "gene_1713370000"] == genes
+    assert [c for c in again["capsules.json"] if c["id"] == "capsule_1713370001"] == capsules
+    # our keys where they say something: a built-in's origin, a switched-off gene
+    await sidecar.dna_assets.edit_gene("gene_1713370000", {"enabled": False})
+    out = await sidecar.dna_assets.plan_assets()
+    mine = next(g for g in out["genes"] if g["id"] == "gene_1713370000")
+    assert mine == {**genes[0], "enabled": False}
+    assert next(g for g in out["genes"] if g["id"] == "gene_error_guard")["origin"] == "builtin"
+
+
+async def test_001_L253_L261_the_capsule_api_answers_with_the_plans_created(sidecar):
+    """`{id, name, gene_ids, strategy, created}`: the API answers `created` (unix seconds) as the plan names
+    it (it said `created_at`, issue 22). A new capsule's id is `capsule_<16 hex>`: the plan's
+    `capsule_<unix seconds>` collides for two capsules made in one second (a plan id is kept as sent)."""
+    made = await sidecar.dna_assets.create_capsule({"name": "c", "gene_ids": ["gene_error_guard"],
+                                                    "strategy": "conservative", "created": NOW})
+    assert list(made)[:5] == ["id", "name", "gene_ids", "strategy", "created"] and made["created"] == NOW
+    assert "created_at" not in made and re.fullmatch(r"capsule_[0-9a-f]{16}", made["id"])
+    gene = await sidecar.dna_assets.get_gene("gene_error_guard")
+    assert "created" in gene and "created_at" not in gene
+    kept = await sidecar.dna_assets.create_capsule({"id": "capsule_1713370000", "name": "p", "gene_ids": []})
+    assert kept["id"] == "capsule_1713370000"
+
+
+async def test_001_L359_L395_a_shared_gene_carries_its_usage_count(aiohttp_client, tmp_path):
+    """`share_gene` posts the gene as `create_gene` made it, `usage_count` included, and `fetch_gene` returns
+    the body as the gene: through `stbme hub` from one sidecar to another, the count travels (it was left
+    out when sharing and 0 when fetched, issue 22)."""
+    hub = await aiohttp_client(create_hub_app(tmp_path / "hub"))
+    url = str(hub.make_url("")).rstrip("/")
+    apps = [await aiohttp_client(create_app(tmp_path / name, embedder=HashEmbedder(), cli_settings={
+        "network.enabled": True, "network.hub_url": url, "network.node_id": name})) for name in ("a", "b")]
+    a, b = (app.server.app[services_key] for app in apps)
+    made = await a.dna_assets.create_gene({"name": "g", "triggers": [{"type": "error", "pattern": ""}],
+                                           "actions": [{"op": "pin"}], "usage_count": 7})
+    await a.hub.publish_gene(made["id"])
+    served = await (await hub.get(f"/genes/{made['id']}", params={"node_id": "b"})).json()
+    assert served["usage_count"] == 7 and served["created"] == pytest.approx(made["created"])
+    fetched = await b.hub.fetch_gene(made["id"])
+    assert (fetched["usage_count"], fetched["origin"]) == (7, "hub")
+    assert (await b.dna_assets.get_gene(made["id"]))["usage_count"] == 7
 
 
 # -- 5. the network (lines 325-395) ---------------------------------------------------------------------------

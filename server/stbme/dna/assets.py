@@ -57,12 +57,22 @@ class Gene:
         return any(a["op"] == op for a in self.actions)
 
     def plan_json(self) -> dict:
-        """The gene in the plan's shape (seed 001 `create_gene`): its actions as they were sent, `created`
-        in unix seconds, `usage_count`; our own keys follow (a plan reader ignores them)."""
+        """The gene as the plan's `create_gene` writes it: `{id, name, description, triggers, actions, created,
+        usage_count}`, its actions as they were sent, `created` in unix seconds. Our own keys follow only when
+        they say something the plan has no key for: `enabled: false`, an `origin` other than local, and
+        `last_used` once it was used here. So a plan user's gene goes back out with the plan's keys alone."""
+        out = {"id": self.id, "name": self.name, "description": self.description, "triggers": self.triggers,
+               "actions": [exported(a) for a in self.actions], "created": self.created_at,
+               "usage_count": self.usage_count}
+        return {**out, **_ours(enabled=self.enabled, origin=self.origin, last_used=self.last_used)}
+
+    def api_json(self) -> dict:
+        """The gene as the API answers it: the plan's keys (`created` in unix seconds, our typed actions),
+        then ours."""
         return {"id": self.id, "name": self.name, "description": self.description, "triggers": self.triggers,
-                "actions": [exported(a) for a in self.actions], "created": self.created_at,
-                "usage_count": self.usage_count, "enabled": self.enabled, "origin": self.origin,
-                "last_used": self.last_used, "updated_at": self.updated_at}
+                "actions": self.actions, "created": self.created_at, "usage_count": self.usage_count,
+                "enabled": self.enabled, "builtin": self.builtin, "origin": self.origin, "last_used": self.last_used,
+                "updated_at": self.updated_at}
 
 
 @dataclasses.dataclass
@@ -80,6 +90,27 @@ class Capsule:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    def plan_json(self) -> dict:
+        """The capsule as the plan's `create_capsule` writes it: `{id, name, gene_ids, strategy, created}`; our
+        keys follow only when they say something: a `description`, `enabled: false`, an `origin` other than
+        local."""
+        out = {"id": self.id, "name": self.name, "gene_ids": self.gene_ids, "strategy": self.strategy,
+               "created": self.created_at}
+        return {**out, **({"description": self.description} if self.description else {}),
+                **_ours(enabled=self.enabled, origin=self.origin)}
+
+    def api_json(self) -> dict:
+        """The capsule as the API answers it: the plan's keys (`created` in unix seconds), then ours."""
+        return {"id": self.id, "name": self.name, "gene_ids": self.gene_ids, "strategy": self.strategy,
+                "created": self.created_at, "description": self.description, "enabled": self.enabled,
+                "builtin": self.builtin, "origin": self.origin, "updated_at": self.updated_at}
+
+
+def _ours(*, enabled: bool, origin: str, last_used: float | None = None) -> dict:
+    """Our keys in an asset file, where they differ from what a plan file without them means."""
+    return {**({} if enabled else {"enabled": False}), **({} if origin == "local" else {"origin": origin}),
+            **({} if last_used is None else {"last_used": last_used})}
 
 
 # -- built-ins ----------------------------------------------------------------------------------------
