@@ -115,7 +115,7 @@ class SignalStage(BaseStage):
         plans = []
         for sig, vec in zip(signals, vectors):
             moment = now if said.get(sig.index) is None else said[sig.index]  # story time, else the wall clock
-            dup = repair.find_duplicate(sig.type, vec, sig.content, known, moment)
+            dup = repair.find_duplicate(sig.type, vec, sig.content, known, moment, loops=loops)
             if dup is not None:
                 plans.append(Plan(sig, vec, "reinforced", dup[0].id, similarity=dup[1]))
                 continue
@@ -126,7 +126,9 @@ class SignalStage(BaseStage):
                 partner = repair.find_loop_partner(sig.type, vec, sig.content, known, moment) if loops else None
                 if partner is not None:
                     plan.loop = (partner[0].id, partner[1], moment - partner[0].moment)
-                known.append(repair.Directive(plan.node_id, sig.type, vec, moment, sig.index, sig.content))
+                    partner[0].in_loop = True
+                known.append(repair.Directive(plan.node_id, sig.type, vec, moment, sig.index, sig.content,
+                                              in_loop=partner is not None))
             plans.append(plan)
         escalation = None
         if any(p.loop for p in plans):
@@ -147,7 +149,7 @@ class SignalStage(BaseStage):
             if plan.outcome == "reinforced":
                 node = cs.get_node(plan.node_id)
                 if node is not None:
-                    cs.update_node(node.id, weight=min(1.0, node.weight + REINFORCE_STEP))
+                    cs.update_node(node.id, weight=round(min(1.0, node.weight + REINFORCE_STEP), 6))
                 record_event(cs.conn, cs.chat_id, "reinforce", node_id=plan.node_id, reason="duplicate signal",
                              similarity=round(plan.similarity or 0, 4), message=sig.index)
                 continue

@@ -148,7 +148,8 @@ def _named_keys(decision: dict) -> list[str]:
     return [k for k in map(norm_key, keys) if k]
 
 
-def assign_decisions(decisions: list[dict], shown: list[ShownMemory]) -> tuple[list[tuple[ShownMemory, dict]], list[str]]:
+def assign_decisions(decisions: list[dict],
+                     shown: list[ShownMemory]) -> tuple[list[tuple[ShownMemory, dict]], list[str]]:
     """Which new memory each decision of a separate evolution answer is about, and why any is left out.
 
     Ours name it (`new: "N1"`). The seed's shape does not: its call showed one new memory. With several
