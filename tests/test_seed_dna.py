@@ -193,6 +193,51 @@ async def test_001_L202_L211_a_duplicate_signal_reinforces_by_0_1_capped_at_1(si
     assert dna == [first["id"]]
 
 
+async def test_001_L202_L211_a_repeat_reinforces_under_every_strategy(sidecar):
+    """`prevent_duplicate_signal` strengthens the memory that exists; the strategy's `should_remember` (lines
+    126-129) decides about new memories. A repeat reinforced nothing under a strategy that would not have
+    made the memory (cleanup never remembers, conservative from 0.8), so the user's own repeats could not
+    keep a directive alive there (issue 22)."""
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: keep the replies short)"},
+            {"role": "assistant", "name": "Elena", "text": "Alright."}]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    for strategy, weight in (("cleanup", 0.6), ("conservative", 0.7)):
+        await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": strategy})
+        chat += [{"role": "user", "name": "Alex", "text": "(OOC: keep the replies short!)"},
+                 {"role": "assistant", "name": "Elena", "text": "Yes."}]
+        await full_sync(sidecar, "c", chat)
+        await settle(sidecar, "c")
+        [d] = [n for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
+        assert d["weight"] == pytest.approx(weight), strategy
+    chat += [{"role": "user", "name": "Alex", "text": "(OOC: no gore, please)"},   # new: cleanup keeps its word
+             {"role": "assistant", "name": "Elena", "text": "Sure."}]
+    await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": "cleanup"})
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    assert len([n for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]) == 1
+
+
+async def test_001_L69_L83_L126_L140_an_emphasised_directive_starts_ahead_and_still_decays(sidecar):
+    """Emphasis raises the plan's confidence (lines 73-77); the built-in gene for what the user insists on
+    gives its directive a head start (0.8) instead of a pin, so every strategy's decay (lines 136-140)
+    still applies to it, only later (issue 22: pinned, it never decayed)."""
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: always keep the replies short, remember that)",
+             "send_date": str(int(NOW * 1000))}, {"role": "assistant", "name": "Elena", "text": "Alright."}]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    [d] = [n for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
+    assert (d["weight"], d["pinned"], d["importance"]) == (pytest.approx(0.8), False, 8.0)
+    [use] = await sidecar.dna_assets.events(chat_id="c", kind="gene_use")
+    assert use["data"]["gene_id"] == "gene_insist_pin"
+    await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": "cleanup"})
+    for day in range(8, 120):
+        await sidecar.dna.decay("c", now=NOW + day * DAY)
+        if (await sidecar.memories.get("c", d["id"]))["archived"]:
+            break
+    assert (await sidecar.memories.get("c", d["id"]))["archived"]   # seven decayed passes, not four
+
+
 def test_001_L158_L179_a_repair_loop_is_within_7_days_above_0_85():
     earlier = repair.Directive("e1", "error", E1, NOW - 7 * DAY + 1, text=TEXT)
     partner = repair.find_loop_partner("error", unit_at(0.8505), TEXT, [earlier], NOW)

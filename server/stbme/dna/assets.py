@@ -115,6 +115,10 @@ def _ours(*, enabled: bool, origin: str, last_used: float | None = None) -> dict
 
 # -- built-ins ----------------------------------------------------------------------------------------
 _EMPHASIS = r"\b(?:always|never|must|remember|absolutely)\b|一定|必须|永远|记住|绝对"
+INSIST_DESCRIPTION = ("A preference, workflow or correction with 'always', 'never', 'must', 'remember' (一定, 必须, 永远, "
+                      "记住) becomes an important directive with a head start: it starts at weight 0.8 instead of 0.5, "
+                      "so it lasts longer before it fades (pin it to keep it for good).")
+INSIST_ACTIONS = [{"op": "create_directive", "importance": 8}, {"op": "update_target"}, {"op": "reinforce", "amount": 0.3}]
 
 BUILTIN_GENES = (
     Gene("gene_correction_fix", "Fix what a correction contradicts",
@@ -134,12 +138,11 @@ BUILTIN_GENES = (
     Gene("gene_workflow_steps", "Keep a workflow",
          "A workflow ('first describe the scene, then the dialogue') becomes a directive.",
          [{"type": "workflow", "pattern": ""}], [{"op": "create_directive", "importance": 7}]),
-    Gene("gene_insist_pin", "Pin what the user insists on",
-         "A preference, workflow or correction with 'always', 'never', 'must', 'remember' (一定, 必须, 永远, 记住) "
-         "becomes a pinned directive.",
+    # Its id is from when it pinned; pinned, a directive never decayed, so the strategy had no say over
+    # what the user once insisted on (issue 22). The head start lets it last longer under every strategy.
+    Gene("gene_insist_pin", "Hold on to what the user insists on", INSIST_DESCRIPTION,
          [{"type": "preference", "pattern": _EMPHASIS}, {"type": "workflow", "pattern": _EMPHASIS},
-          {"type": "correction", "pattern": _EMPHASIS}],
-         [{"op": "create_directive", "importance": 8}, {"op": "update_target"}, {"op": "pin"}]),
+          {"type": "correction", "pattern": _EMPHASIS}], INSIST_ACTIONS),
     Gene("gene_repair_escalate", "Escalate a repair loop",
          "The model keeps making the same mistake: pin and lock the directive, raise its importance.",
          [{"type": "repair_loop", "pattern": ""}],
