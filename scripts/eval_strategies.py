@@ -48,7 +48,12 @@ class SimClock:
     def time(self) -> float:
         return self.base + (_real_monotonic() - self.at)
 
+    def start_at(self, moment: float) -> None:
+        """Where the story's clock starts (in the past: the chat's first send_date)."""
+        self.base, self.at = moment, _real_monotonic()
+
     def jump_to(self, moment: float) -> None:
+        """On to the next message's send_date; never back (processing may have run past it)."""
         if moment > self.time():
             self.base, self.at = moment, _real_monotonic()
 
@@ -224,6 +229,7 @@ async def fill_cache(messages: list[dict], data_dir: Path, embedder: CachedEmbed
 
 
 async def run(strategy: str, messages: list[dict], marks: dict, data_dir: Path, embedder: Embedder) -> dict:
+    CLOCK.start_at(send_date_seconds(messages[0]["send_date"]) - 60)   # every run plays the same days
     sc = Services.open(data_dir, embedder=embedder)
     try:
         await sc.dna_assets.install_builtins()
@@ -311,7 +317,7 @@ async def main() -> None:
     args = parser.parse_args()
     messages, marks = build_chat(args.seed)
     messages = messages[:args.messages] if args.messages else messages
-    CLOCK.jump_to(send_date_seconds(messages[0]["send_date"]) - 60)
+    CLOCK.start_at(send_date_seconds(messages[0]["send_date"]) - 60)
     print(f"chat: {len(messages)} messages over {marks['day_of'][len(messages) - 1] + 1} story days; "
           f"R in {len(marks['R'])} messages, W in {len(marks['W'])}", file=sys.stderr)
     local = LocalEmbedder()
