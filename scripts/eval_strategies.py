@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How directive weights move under each DNA evolution strategy over a long chat (issue 22 item 6).
 
-One generated 1,000-message roleplay (scripts/evalkit/chatgen.py: ~27 evening sessions over 40 story days,
+One generated 1,000-message roleplay (scripts/evalkit/chatgen.py: evening sessions on 32 of 42 story days,
 SillyTavern send_dates, its own 16 OOC instructions, OOC chatter and in-character look-alikes) with three
 instructions added to the user's messages:
   R  one OOC line repeated in 68 user messages all through the chat (issue 21's case);
@@ -14,7 +14,7 @@ SQLite, the pipeline, recall, the DNA scheduler): each message is synced and pro
 recall runs before every reply (and reinforces what it injects, as the interceptor's call does), and the DNA
 scheduler ticks at every message (decay at most daily, reflection every 30 minutes or after 20 new
 memories). The one thing simulated is the clock: `time.time` follows the messages' send_dates (it advances
-in real time between them), so 40 days of play take minutes.
+in real time between them), so 42 days of play take minutes.
 
 The vectors are the bundled model's (`LocalEmbedder`), computed once and kept in `.eval-cache/` (git-ignored):
 a first pass ingests the chat in bulk to fill the cache, so the four runs (and a rerun) embed little. The
@@ -23,10 +23,11 @@ runs' vectors are the model's own either way; only their cost is saved.
 The first week is played under the default strategy (balanced) in every run, so every strategy starts from
 the same memories; from day 7 each run switches the chat to its strategy (`dna.evolution_strategy`).
 Printed: per strategy, at the end of each week, the weight of R, E, W and O ("-" not made, "x" archived,
-"*" pinned), the directives made, active and archived; then what moved the weights (repeats, recall
-injections, reflection draws, decayed passes).
+"*" pinned), the directives made, active and archived; then what moved the weights (repeats, directive
+accesses, reflection draws, decay passes).
 
-    .venv/bin/python scripts/eval_strategies.py            # about 4 x 3 minutes on a quiet 2-core machine
+    .venv/bin/python scripts/eval_strategies.py            # 4 runs of 5 minutes on a busy 2-core machine, once
+                                                           # the cache is filled (the first time: 30 more)
     .venv/bin/python scripts/eval_strategies.py --strategies balanced,cleanup
 """
 
