@@ -215,7 +215,7 @@ def test_000_L115_L180_which_memory_a_seed_decision_is_about():
         ("N1", "1"), ("N1", "2")]                                                        # N2 was never shown M1
     tied = ShownMemory("N2", "b", {"M1": ("x", 0.9)})
     _, why = assign_decisions([seed_answer("M1")], [one, tied])
-    assert why and "points at no neighbour of just one" in why[0]
+    assert why and "points as much at the neighbours of N1 and N2" in why[0]
     assert assign_decisions([{"should_evolve": False}], [one, two]) == ([], [])         # nothing to apply anyway
 
 

@@ -183,8 +183,9 @@ def assign_decisions(decisions: list[dict],
         if len(best) == 1:
             chosen.append((best[0], decision))
         elif decision.get("should_evolve") or decision.get("shouldEvolve"):
-            left_out.append("it does not say which new memory it is about and points at no neighbour of just one"
-                            if best else "it does not say which new memory it is about and names no memory shown")
+            left_out.append("it does not say which new memory it is about, and points as much at the neighbours of "
+                            + " and ".join(m.key for m in best) if best else
+                            "it does not say which new memory it is about, and names no memory shown")
     return chosen, left_out
 
 
