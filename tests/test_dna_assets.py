@@ -157,3 +157,30 @@ async def test_signal_preview_and_dna_stats(client):
     assert stats["stats"]["genes"] >= len(BUILTIN_GENES) and stats["hub"]["enabled"] is False
     assert (await client.get("/v1/chats/nope/dna")).status == 404
     assert (await client.post("/v1/chats/nope/dna/decay")).status == 404
+
+
+def test_m013_moves_an_unedited_insist_gene_on_and_leaves_an_edited_one(tmp_path):
+    """A database made before the insist gene gave a head start instead of a pin gets the new definition
+    (the built-ins are only inserted when missing, so it would keep pinning); a user's edit is kept."""
+    import sqlite3
+
+    from stbme.dna import assets
+    from stbme.store.db import prepare_connection
+    from stbme.store.migrations import MIGRATIONS, migrate
+
+    old = [{"op": "create_directive", "importance": 8}, {"op": "update_target"}, {"op": "pin"}]
+    before = [m for m in MIGRATIONS if m[0] < "m013"]
+    for name, actions in (("unedited", old), ("edited", old + [{"op": "lock"}])):
+        conn = sqlite3.connect(tmp_path / f"{name}.sqlite3", isolation_level=None)
+        prepare_connection(conn)
+        migrate(conn, before)
+        gene = next(g for g in assets.BUILTIN_GENES if g.id == "gene_insist_pin")
+        assets._insert_gene(conn, Gene(**{**gene.to_json(), "name": "Pin what the user insists on", "actions": actions}))
+        migrate(conn)
+        stored = assets.get_gene(conn, "gene_insist_pin")
+        if name == "unedited":   # now exactly what a new database gets
+            assert (stored.name, stored.description, stored.actions) == (gene.name, gene.description, gene.actions)
+            assert not stored.has("pin")
+        else:
+            assert stored.actions == actions and stored.name == "Pin what the user insists on"
+        conn.close()

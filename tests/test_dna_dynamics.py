@@ -108,8 +108,12 @@ async def test_decay_step_is_capped_by_the_interval(sidecar):
 
 
 async def test_recall_reinforces_weight(sidecar):
+    """What recall injects for a query gains weight (directives, shown in every block, do not: test_dna_weight)."""
     await full_sync(sidecar, "c", [{"role": "user", "name": "Alex", "text": "hello"}])
-    node = await create_node(sidecar, "c", {"type": "preference", "fields": {"content": "slow pacing please"}})
+    node = await create_node(sidecar, "c", {"type": "event", "fields": {"summary": "the duel's slow pacing"}})
+    later = [{"role": ("assistant", "user")[i % 2], "name": "Alex", "text": f"line {i}"} for i in range(12)]
+    await full_sync(sidecar, "c", [{"role": "user", "name": "Alex", "text": "hello"}] + later)  # out of the prompt
+    await settle(sidecar, "c")
     await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET weight = 0.55 WHERE id = ?", (node["id"],)))
     for expected in (0.65, 0.75):
         result = await recall(sidecar, "c", {"query": "pacing"})

@@ -72,7 +72,7 @@ async def test_our_client_against_the_plans_hub(aiohttp_server, aiohttp_client, 
     gene = (await resp.json())["gene"]
     assert resp.status == 200, gene
     assert seen["fetch_node_ids"] == ["node-a"]
-    assert (gene["id"], gene["origin"], gene["created_at"]) == (PLAN_GENE["id"], "hub", PLAN_GENE["created"])
+    assert (gene["id"], gene["origin"], gene["created"]) == (PLAN_GENE["id"], "hub", PLAN_GENE["created"])
     assert gene["triggers"] == PLAN_GENE["triggers"]
     assert gene["actions"] == [{"op": "template", "original": "检查超时设置"},
                                {"op": "pin", "original": {"type": "pin"}},
@@ -90,7 +90,7 @@ async def test_our_client_against_the_plans_hub(aiohttp_server, aiohttp_client, 
     assert shared["node_id"] == "node-a"
     assert {k: shared["gene"][k] for k in ("id", "name", "triggers", "actions", "created")} == {
         "id": created["id"], "name": "Names matter", "triggers": [{"type": "error", "pattern": "name"}],
-        "actions": [{"op": "create_directive", "importance": 9.0}, {"op": "pin"}], "created": created["created_at"]}
+        "actions": [{"op": "create_directive", "importance": 9.0}, {"op": "pin"}], "created": created["created"]}
     # another sidecar fetches it back from the plan's hub unchanged
     b = await sidecar(aiohttp_client, tmp_path / "b", url, "node-b")
     got = (await (await b.post(f"/v1/dna/hub/fetch/genes/{created['id']}")).json())["gene"]
@@ -192,7 +192,7 @@ async def test_the_plans_client_against_stbme_hub(stbme_hub, aiohttp_client, tmp
         theirs = await plan.fetch_gene(gene["id"])
         assert theirs["triggers"] == [{"type": "correction", "pattern": "name"}]
         assert theirs["actions"] == [{"op": "update_target"}, "检查名字"]
-        assert theirs["usage_count"] == 0 and theirs["created"] == pytest.approx(gene["created_at"])
+        assert theirs["usage_count"] == 0 and theirs["created"] == pytest.approx(gene["created"])
         await plan.heartbeat()
         async with session.get(f"{stbme_hub}/nodes") as resp:
             nodes = {n["node_id"]: n for n in (await resp.json())["nodes"]}

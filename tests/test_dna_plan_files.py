@@ -71,7 +71,7 @@ def test_the_plans_files_are_imported_and_come_back_out_the_same(tmp_path):
 
     async def check(sc):
         gene = await sc.dna_assets.get_gene("gene_1713370000")
-        assert (gene["created_at"], gene["usage_count"], gene["origin"]) == (1713370000.123456, 3, "local")
+        assert (gene["created"], gene["usage_count"], gene["origin"]) == (1713370000.123456, 3, "local")
         assert gene["actions"] == [{"op": "template", "original": "检查超时设置"},
                                    {"op": "template", "original": "增加重试"}]
         other = await sc.dna_assets.get_gene("gene_1713370100")
@@ -127,8 +127,8 @@ def test_export_import_round_trip_between_sidecars(tmp_path):
 
     async def snapshot(sc):
         genes = {g["id"]: {k: g[k] for k in ("name", "description", "triggers", "actions", "enabled", "usage_count",
-                                             "created_at", "origin", "builtin")} for g in await sc.dna_assets.list_genes()}
-        capsules = {c["id"]: {k: c[k] for k in ("name", "gene_ids", "strategy", "enabled", "created_at")}
+                                             "created", "origin", "builtin")} for g in await sc.dna_assets.list_genes()}
+        capsules = {c["id"]: {k: c[k] for k in ("name", "gene_ids", "strategy", "enabled", "created")}
                     for c in await sc.dna_assets.list_capsules()}
         events = [(e["at"], e["kind"], e["data"], e["chat_id"])
                   for e in await sc.dna_assets.events(oldest_first=True, limit=1000) if e["kind"] != "import_assets"]
@@ -206,7 +206,7 @@ async def test_the_plans_actions_through_the_gene_api(client):
     assert resp.status == 201, gene
     assert [a["op"] for a in gene["actions"]] == ["template", "lock", "template", "template", "template", "template"]
     assert gene["actions"][2]["original"] == {"type": "reinforce", "amount": 5}   # out of range: kept inert
-    assert (gene["created_at"], gene["usage_count"]) == (1713370000, 2)
+    assert (gene["created"], gene["usage_count"]) == (1713370000, 2)
     # our own shape stays strict
     for actions, field in (([{"op": "explode"}], "actions[0].op"), ([{"op": "template"}], "actions[0].original"),
                            (["x" * 3000], "actions[0]"), ([{"op": "pin"}] * 33, "actions")):

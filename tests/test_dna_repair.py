@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import create_node, full_sync, recall, settle
 
 from stbme.dna import repair
+from stbme.dna.dynamics import DIRECTIVE_START_WEIGHT
 from stbme.dna.repair import Directive, find_duplicate, find_loop_partner
+from stbme.policy import REINFORCE_STEP
 
 CORRECTION = "(OOC: no, her eyes are green, not blue)"
 
@@ -31,19 +34,46 @@ def unit(*xs):
 
 
 TEXT = "keep the replies short"
+PARAPHRASE = "please keep the replies short and simple"   # 0.75 of the words: like it, not the same words
 
 
 def test_duplicate_needs_same_type_the_same_hour_090_and_shared_words():
     now = 10_000.0
     base = Directive("a", "preference", unit(1, 0, 0), now - 100, text=TEXT)
     assert find_duplicate("preference", unit(1, 0.1, 0), TEXT, [base], now)[0].id == "a"
+    assert find_duplicate("preference", unit(1, 0.1, 0), PARAPHRASE, [base], now)[0].id == "a"
     assert find_duplicate("decision", unit(1, 0.1, 0), TEXT, [base], now) is None          # other type
     assert find_duplicate("preference", unit(1, 0.6, 0), TEXT, [base], now) is None        # cosine 0.86
     old = Directive("b", "preference", unit(1, 0, 0), now - 3601, text=TEXT)
-    assert find_duplicate("preference", unit(1, 0, 0), TEXT, [old], now) is None            # an hour before
+    assert find_duplicate("preference", unit(1, 0, 0), PARAPHRASE, [old], now) is None      # an hour before
     later = Directive("c", "preference", unit(1, 0, 0), now + 3601, text=TEXT)
-    assert find_duplicate("preference", unit(1, 0, 0), TEXT, [later], now) is None          # or after
+    assert find_duplicate("preference", unit(1, 0, 0), PARAPHRASE, [later], now) is None    # or after
     assert find_duplicate("preference", unit(1, 0, 0), "no violence please", [base], now) is None  # other words
+
+
+def test_the_same_words_reinforce_however_long_after_but_never_across_a_negation():
+    """An instruction repeated in later sessions is one directive (issue 21: 68 repeats of one OOC line
+    became 33 directives); a negated instruction is never the same as the plain one, within the hour too."""
+    now = 10_000_000.0
+    month = Directive("a", "preference", unit(1, 0, 0), now - 30 * 86400, text=TEXT)
+    assert find_duplicate("preference", unit(1, 0, 0), "Keep the replies short!", [month], now)[0].id == "a"
+    assert find_duplicate("preference", unit(1, 0.6, 0), TEXT, [month], now) is None        # still above 0.9
+    kill = Directive("k", "preference", unit(1, 0, 0), now - 60, text="kill Mira in this scene")
+    assert repair.word_overlap("don't kill Mira in this scene", kill.text) == 1.0          # "don't" is no term
+    assert find_duplicate("preference", unit(1, 0, 0), "don't kill Mira in this scene", [kill], now) is None
+    assert find_duplicate("preference", unit(1, 0, 0), "不要杀林晚", [
+        Directive("z", "preference", unit(1, 0, 0), now - 60, text="要杀林晚")], now) is None
+
+
+def test_a_correction_said_again_later_is_a_loop_first_then_reinforces():
+    """Before its repair loop is recorded, a correction repeated after the hour is the loop's second
+    memory; once it is in a loop (or loops are off), the same words reinforce."""
+    now = 10_000_000.0
+    first = Directive("a", "correction", unit(1, 0, 0), now - 7200, text="her eyes are green, not blue")
+    assert find_duplicate("correction", unit(1, 0, 0), first.text, [first], now) is None
+    assert find_duplicate("correction", unit(1, 0, 0), first.text, [first], now, loops=False)[0].id == "a"
+    first.in_loop = True
+    assert find_duplicate("correction", unit(1, 0, 0), first.text, [first], now)[0].id == "a"
 
 
 def test_word_overlap():
@@ -150,7 +180,10 @@ async def test_loop_detection_can_be_turned_off(sidecar):
     await sidecar.store.write(lambda conn: conn.execute("UPDATE nodes SET created_at = created_at - 7200"))
     chat += turn(CORRECTION.replace("no,", "no!"))
     await ingest(sidecar, "c", chat)
-    assert await sidecar.dna.list_loops("c") == [] and len(await directives(sidecar, "c")) == 2
+    # no loop to record: the correction said again is the same directive, reinforced
+    assert await sidecar.dna.list_loops("c") == []
+    [one] = await directives(sidecar, "c")
+    assert one["weight"] == pytest.approx(DIRECTIVE_START_WEIGHT + REINFORCE_STEP)
 
 
 async def test_reflect_finds_loops_among_manual_directives(sidecar):

@@ -1,11 +1,15 @@
-"""Conformance with seed 001 (`../shared/reference/seeds/001_6e208cd0ce003b94.txt`, the DNA Memory v3
-evolver integration plan). Each test names the plan's lines it checks; docs/seeds.md is the table of every
-contract point (follows / differs / extends). Where signals come from, the count kept per instruction and
-the dedupe's similarity differ from the plan and are measured by scripts/eval_directives.py."""
+"""Conformance with seed 001, the DNA Memory v3.0 evolver integration plan (`EVOLVER_INTEGRATION.md`, "the
+plan"). Each test names the plan's lines it checks, counted from the document's first line (its file name);
+docs/seeds.md is the table of every contract point (follows / differs / extends). Where signals come from, the
+count kept per instruction and the dedupe's similarity differ from the plan and are measured by
+scripts/eval_directives.py."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ from conftest import HashEmbedder, full_sync, settle
 from stbme import config
 from stbme.api.app import create_app
 from stbme.api.hub import create_hub_app
+from stbme.api.keys import services_key
 from stbme.dna import assets, plan_files, repair
 from stbme.dna.dynamics import DIRECTIVE_START_WEIGHT
 from stbme.dna.environment import apply_plan_environment
@@ -68,6 +73,44 @@ def test_001_L69_L83_confidence_on_the_whole_text():
         assert (kept.type, kept.confidence) == ("preference", pytest.approx(0.8)), text
 
 
+# What docs/seeds.md says each example gives, under each scope: (type, confidence) kept, and the plan's count.
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "seeds.md"
+NONE: tuple = ([], 0)
+DOCS_EXAMPLES = {
+    "Nope, not yet!": {"message": ([("correction", 0.7)], 1), "instructions": NONE, "ooc": NONE},
+    "我们决定绕远路走。": {"message": ([("decision", 0.7)], 1), "instructions": NONE, "ooc": NONE},
+    "不是红色是绿色，以后不要忘记": {"message": ([("correction", 0.8)], 3), "instructions": NONE, "ooc": NONE},
+    "（OOC：不是红色是绿色，以后不要忘记）": {s: ([("correction", 0.8)], 3) for s in ("message", "instructions", "ooc")},
+    "我喜欢慢节奏。一定记住。": {"message": ([("preference", 0.8)], 1), "instructions": ([("preference", 0.8)], 1),
+                         "ooc": NONE},
+    "（OOC：我喜欢慢节奏。一定记住。）": {s: ([("preference", 0.8)], 1) for s in ("message", "instructions", "ooc")},
+    "(OOC: no, her eyes are green, not blue)": {s: ([("correction", 0.7)], 1) for s in ("message", "instructions", "ooc")},
+}
+
+
+@pytest.mark.parametrize("text", list(DOCS_EXAMPLES))
+def test_001_L54_L83_the_docs_examples_give_what_they_say_under_each_scope(text):
+    """Every signal example in docs/seeds.md, as written there, under the scope the docs name for it (issue 22:
+    a plain `不是红色是绿色，以后不要忘记` gives no signal under the default scope, only under `message` or
+    inside OOC markup)."""
+    assert f"`{text}`" in DOCS.read_text(encoding="utf-8")
+    for scope, (kept, count) in DOCS_EXAMPLES[text].items():
+        found = extract_signals(text, min_confidence=0, scope=scope)
+        assert len(found) == count, (scope, found)
+        assert [(s.type, s.confidence) for s in best_per_unit(found)] == [(t, pytest.approx(c)) for t, c in kept], scope
+
+
+def test_the_seeds_doc_names_only_tests_that_exist():
+    """docs/seeds.md cites conformance tests by name; each must exist (a renamed test leaves no stale row)."""
+    here = Path(__file__).resolve().parent
+    defined = set(re.findall(r"def (test_\w+)", "".join(p.read_text(encoding="utf-8") for p in here.glob("test_*.py"))))
+    cited = re.findall(r"`(?:[\w./]+::)?(test_\w+?)(\*)?(?:\[\w+\])?`", DOCS.read_text(encoding="utf-8"))
+    assert cited
+    assert not {name for name, family in cited if not family} - defined
+    # `test_001_L26_L83_*` cites a family: at least one test of it
+    assert not [name for name, family in cited if family and not any(d.startswith(name) for d in defined)]
+
+
 # -- 2. strategies (lines 96-140) -----------------------------------------------------------------------------
 def test_001_L100_L121_strategy_weights():
     assert {k: (v.new_memory_weight, v.reinforce_weight, v.decay_weight) for k, v in STRATEGIES.items()} == {
@@ -110,16 +153,19 @@ def test_001_L136_L140_should_decay_after_more_than_7_idle_days_by_draw(name):
 
 # -- 3. dedupe and repair loops (lines 152-214) ---------------------------------------------------------------
 TEXT = "keep the replies short"
+LIKE_TEXT = "please keep the replies short and simple"   # shares 0.75 of the words: a paraphrase
 
 
 def test_001_L190_L201_a_duplicate_is_same_type_within_1_hour_above_0_9():
-    """Story time (the messages' send_date), so the hour is the hour between the two messages."""
+    """Story time (the messages' send_date), so the hour is the hour between the two messages. The hour holds
+    for a like instruction; the same words reinforce however long after (differs: docs/seeds.md)."""
     same = repair.Directive("a", "preference", E1, NOW - 3599, text=TEXT)
-    assert repair.find_duplicate("preference", unit_at(0.9005), TEXT, [same], NOW)[0].id == "a"
-    assert repair.find_duplicate("preference", unit_at(0.8995), TEXT, [same], NOW) is None   # not above 0.9
-    assert repair.find_duplicate("decision", E1, TEXT, [same], NOW) is None                   # other type
+    assert repair.find_duplicate("preference", unit_at(0.9005), LIKE_TEXT, [same], NOW)[0].id == "a"
+    assert repair.find_duplicate("preference", unit_at(0.8995), LIKE_TEXT, [same], NOW) is None   # not above 0.9
+    assert repair.find_duplicate("decision", E1, LIKE_TEXT, [same], NOW) is None                   # other type
     old = repair.Directive("b", "preference", E1, NOW - 3600, text=TEXT)
-    assert repair.find_duplicate("preference", E1, TEXT, [old], NOW) is None                  # not after now-3600
+    assert repair.find_duplicate("preference", E1, LIKE_TEXT, [old], NOW) is None                  # not after now-3600
+    assert repair.find_duplicate("preference", E1, TEXT, [old], NOW)[0].id == "b"                  # the same words
 
 
 async def test_001_L202_L211_a_duplicate_signal_reinforces_by_0_1_capped_at_1(sidecar):
@@ -145,6 +191,51 @@ async def test_001_L202_L211_a_duplicate_signal_reinforces_by_0_1_capped_at_1(si
     assert (await repeat("I want slower pacing; don't rush the romance."))["weight"] == 1.0
     dna = [n["id"] for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
     assert dna == [first["id"]]
+
+
+async def test_001_L202_L211_a_repeat_reinforces_under_every_strategy(sidecar):
+    """`prevent_duplicate_signal` strengthens the memory that exists; the strategy's `should_remember` (lines
+    126-129) decides about new memories. A repeat reinforced nothing under a strategy that would not have
+    made the memory (cleanup never remembers, conservative from 0.8), so the user's own repeats could not
+    keep a directive alive there (issue 22)."""
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: keep the replies short)"},
+            {"role": "assistant", "name": "Elena", "text": "Alright."}]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    for strategy, weight in (("cleanup", 0.6), ("conservative", 0.7)):
+        await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": strategy})
+        chat += [{"role": "user", "name": "Alex", "text": "(OOC: keep the replies short!)"},
+                 {"role": "assistant", "name": "Elena", "text": "Yes."}]
+        await full_sync(sidecar, "c", chat)
+        await settle(sidecar, "c")
+        [d] = [n for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
+        assert d["weight"] == pytest.approx(weight), strategy
+    chat += [{"role": "user", "name": "Alex", "text": "(OOC: no gore, please)"},   # new: cleanup keeps its word
+             {"role": "assistant", "name": "Elena", "text": "Sure."}]
+    await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": "cleanup"})
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    assert len([n for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]) == 1
+
+
+async def test_001_L69_L83_L126_L140_an_emphasised_directive_starts_ahead_and_still_decays(sidecar):
+    """Emphasis raises the plan's confidence (lines 73-77); the built-in gene for what the user insists on
+    gives its directive a head start (0.8) instead of a pin, so every strategy's decay (lines 136-140)
+    still applies to it, only later (issue 22: pinned, it never decayed)."""
+    chat = [{"role": "user", "name": "Alex", "text": "(OOC: always keep the replies short, remember that)",
+             "send_date": str(int(NOW * 1000))}, {"role": "assistant", "name": "Elena", "text": "Alright."}]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    [d] = [n for n in (await sidecar.memories.list("c", limit=50))["nodes"] if n["source"] == "dna"]
+    assert (d["weight"], d["pinned"], d["importance"]) == (pytest.approx(0.8), False, 8.0)
+    [use] = await sidecar.dna_assets.events(chat_id="c", kind="gene_use")
+    assert use["data"]["gene_id"] == "gene_insist_pin"
+    await sidecar.settings_service.update_chat("c", {"dna.evolution_strategy": "cleanup"})
+    for day in range(8, 120):
+        await sidecar.dna.decay("c", now=NOW + day * DAY)
+        if (await sidecar.memories.get("c", d["id"]))["archived"]:
+            break
+    assert (await sidecar.memories.get("c", d["id"]))["archived"]   # seven decayed passes, not four
 
 
 def test_001_L158_L179_a_repair_loop_is_within_7_days_above_0_85():
@@ -212,6 +303,59 @@ async def test_001_L231_L233_L425_L428_genes_capsules_events_files(sidecar, tmp_
     mine = next(g for g in again.genes if g.id == "gene_1713370000")
     assert (mine.created_at, mine.usage_count, mine.actions) == (NOW, 1, [{"op": "template", "original": "a"}])
     assert (again.events[0].at, again.events[0].kind) == (NOW, "note")
+
+
+async def test_001_L231_L267_a_plan_users_files_go_back_out_with_the_plans_keys(sidecar, tmp_path):
+    """Genes and capsules as the plan writes them (lines 237-245, 255-261) come back out of an export as they
+    went in: the same keys, the same values (our keys were added to every entry before, issue 22)."""
+    genes = [{"id": "gene_1713370000", "name": "g", "description": "d", "triggers": [{"type": "error", "pattern": "x"}],
+              "actions": ["a", {"type": "pin"}], "created": NOW, "usage_count": 4}]
+    capsules = [{"id": "capsule_1713370001", "name": "c", "gene_ids": ["gene_1713370000"], "strategy": "cleanup",
+                 "created": NOW + 1}]
+    await sidecar.dna_assets.import_plan(plan_files.parse_body({"genes": genes, "capsules": capsules}))
+    await sidecar.dna_assets.export_plan_dir(tmp_path / "memory")
+    again = {p.name: json.loads(p.read_text("utf-8")) for p in (tmp_path / "memory").glob("*.json")}
+    assert [g for g in again["genes.json"] if g["id"] == "gene_1713370000"] == genes
+    assert [c for c in again["capsules.json"] if c["id"] == "capsule_1713370001"] == capsules
+    # our keys where they say something: a built-in's origin, a switched-off gene
+    await sidecar.dna_assets.edit_gene("gene_1713370000", {"enabled": False})
+    out = await sidecar.dna_assets.plan_assets()
+    mine = next(g for g in out["genes"] if g["id"] == "gene_1713370000")
+    assert mine == {**genes[0], "enabled": False}
+    assert next(g for g in out["genes"] if g["id"] == "gene_error_guard")["origin"] == "builtin"
+
+
+async def test_001_L253_L261_the_capsule_api_answers_with_the_plans_created(sidecar):
+    """`{id, name, gene_ids, strategy, created}`: the API answers `created` (unix seconds) as the plan names
+    it (it said `created_at`, issue 22). A new capsule's id is `capsule_<16 hex>`: the plan's
+    `capsule_<unix seconds>` collides for two capsules made in one second (a plan id is kept as sent)."""
+    made = await sidecar.dna_assets.create_capsule({"name": "c", "gene_ids": ["gene_error_guard"],
+                                                    "strategy": "conservative", "created": NOW})
+    assert list(made)[:5] == ["id", "name", "gene_ids", "strategy", "created"] and made["created"] == NOW
+    assert "created_at" not in made and re.fullmatch(r"capsule_[0-9a-f]{16}", made["id"])
+    gene = await sidecar.dna_assets.get_gene("gene_error_guard")
+    assert "created" in gene and "created_at" not in gene
+    kept = await sidecar.dna_assets.create_capsule({"id": "capsule_1713370000", "name": "p", "gene_ids": []})
+    assert kept["id"] == "capsule_1713370000"
+
+
+async def test_001_L359_L395_a_shared_gene_carries_its_usage_count(aiohttp_client, tmp_path):
+    """`share_gene` posts the gene as `create_gene` made it, `usage_count` included, and `fetch_gene` returns
+    the body as the gene: through `stbme hub` from one sidecar to another, the count travels (it was left
+    out when sharing and 0 when fetched, issue 22)."""
+    hub = await aiohttp_client(create_hub_app(tmp_path / "hub"))
+    url = str(hub.make_url("")).rstrip("/")
+    apps = [await aiohttp_client(create_app(tmp_path / name, embedder=HashEmbedder(), cli_settings={
+        "network.enabled": True, "network.hub_url": url, "network.node_id": name})) for name in ("a", "b")]
+    a, b = (app.server.app[services_key] for app in apps)
+    made = await a.dna_assets.create_gene({"name": "g", "triggers": [{"type": "error", "pattern": ""}],
+                                           "actions": [{"op": "pin"}], "usage_count": 7})
+    await a.hub.publish_gene(made["id"])
+    served = await (await hub.get(f"/genes/{made['id']}", params={"node_id": "b"})).json()
+    assert served["usage_count"] == 7 and served["created"] == pytest.approx(made["created"])
+    fetched = await b.hub.fetch_gene(made["id"])
+    assert (fetched["usage_count"], fetched["origin"]) == (7, "hub")
+    assert (await b.dna_assets.get_gene(made["id"]))["usage_count"] == 7
 
 
 # -- 5. the network (lines 325-395) ---------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from stbme.dna import repair
-from stbme.dna.signals import (Signal, best_per_unit, confidence, extract_signals, match_unit, message_units,
-                               split_units)
+from stbme.dna.signals import (Signal, best_per_unit, confidence, extract_signals, is_negated, match_unit,
+                               message_units, split_units)
 
 REPEATS_PATH = Path(__file__).resolve().parent.parent / "data" / "directive_repeats.jsonl"
 CONSERVATIVE = 0.8   # 1 - the conservative strategy's new_memory_weight 0.2
@@ -125,7 +125,8 @@ def dedupe_table(lines: list[dict], scope: str) -> str:
         return (kept[0].type, _directive_text(kept[0])) if kept else None
 
     repeats = [json.loads(raw) for raw in REPEATS_PATH.read_text(encoding="utf-8").splitlines() if raw.strip()]
-    out = [f"{'pairs':<44}{'same type':>10}{'cos > .9':>9}{'+ words':>8}{'loop types':>11}{'cos > .85':>10}{'+ words':>8}"]
+    out = [f"{'pairs':<44}{'same type':>10}{'cos > .9':>9}{'+ words':>8}{'same words':>11}{'loop types':>11}"
+           f"{'cos > .85':>10}{'+ words':>8}"]
     out.append("-" * len(out[0]))
     for lang in sorted({x["lang"] for x in lines}):
         items = [d for x in lines if x["lang"] == lang and x["label"] != "none" and (d := directive(x["text"]))]
@@ -136,7 +137,9 @@ def dedupe_table(lines: list[dict], scope: str) -> str:
         out.append(_pair_row(f"{lang}: an instruction and its repeat", [(2 * k, 2 * k + 1) for k in
                                                                          range(len(items) // 2)], items, embedder))
     out.append(f"(share of pairs joined; + words: and the texts share >= {repair.WORD_OVERLAP} of their words, "
-               "Dice over the search terms; loop types: both a correction or an error)")
+               "Dice over the search terms, and agree on negation: the dedupe within the hour; same words: "
+               f">= {repair.SAME_WORDS} of them and negation alike: the dedupe at any time; loop types: both a "
+               "correction or an error)")
     return "\n".join(out)
 
 
@@ -145,16 +148,18 @@ def _pair_row(name: str, pairs, items, embedder) -> str:
     same = [(i, j) for i, j in pairs if items[i][0] == items[j][0]]
     loops = [(i, j) for i, j in pairs if items[i][0] in repair.LOOP_TYPES and items[j][0] in repair.LOOP_TYPES]
 
-    def rates(group, bound):
+    def rates(group, bound, overlap, negation):
         cos = [repair.cosine(vectors[i], vectors[j]) > bound for i, j in group]
-        words = [c and repair.word_overlap(items[i][1], items[j][1]) >= repair.WORD_OVERLAP
+        words = [c and repair.word_overlap(items[i][1], items[j][1]) >= overlap
+                 and (not negation or is_negated(items[i][1]) == is_negated(items[j][1]))
                  for c, (i, j) in zip(cos, group)]
         n = max(1, len(group))
         return sum(cos) / n, sum(words) / n
 
-    d, dw = rates(same, repair.DEDUPE_SIMILARITY)
-    lp, lw = rates(loops, repair.LOOP_SIMILARITY)
-    return f"{name:<44}{len(same):>10}{d:>9.3f}{dw:>8.3f}{len(loops):>11}{lp:>10.3f}{lw:>8.3f}"
+    d, dw = rates(same, repair.DEDUPE_SIMILARITY, repair.WORD_OVERLAP, True)
+    _, da = rates(same, repair.DEDUPE_SIMILARITY, repair.SAME_WORDS, True)
+    lp, lw = rates(loops, repair.LOOP_SIMILARITY, repair.WORD_OVERLAP, False)
+    return f"{name:<44}{len(same):>10}{d:>9.3f}{dw:>8.3f}{da:>11.3f}{len(loops):>11}{lp:>10.3f}{lw:>8.3f}"
 
 
 def recall_set_table(scope: str) -> str:

@@ -120,9 +120,10 @@ async def _published(request, kind: str):
 
 
 async def _fetch_gene(request):
-    """The body is the gene (the plan's client returns it as is); a fetched gene starts unused there."""
+    """The body is the gene (the plan's client returns it as is), as it was published (`created` and
+    `usage_count` filled in when the publisher sent none)."""
     row = await _published(request, "gene")
-    gene = {"created": row["published_at"], **orjson.loads(row["data"]), "usage_count": 0}
+    gene = {"created": row["published_at"], "usage_count": 0, **orjson.loads(row["data"])}
     return web.Response(body=orjson.dumps(gene), content_type="application/json", headers={
         PUBLISHED_BY: quote(row["node_id"], safe=""), PUBLISHED_AT: repr(row["published_at"])})
 

@@ -57,12 +57,22 @@ class Gene:
         return any(a["op"] == op for a in self.actions)
 
     def plan_json(self) -> dict:
-        """The gene in the plan's shape (seed 001 `create_gene`): its actions as they were sent, `created`
-        in unix seconds, `usage_count`; our own keys follow (a plan reader ignores them)."""
+        """The gene as the plan's `create_gene` writes it: `{id, name, description, triggers, actions, created,
+        usage_count}`, its actions as they were sent, `created` in unix seconds. Our own keys follow only when
+        they say something the plan has no key for: `enabled: false`, an `origin` other than local, and
+        `last_used` once it was used here. So a plan user's gene goes back out with the plan's keys alone."""
+        out = {"id": self.id, "name": self.name, "description": self.description, "triggers": self.triggers,
+               "actions": [exported(a) for a in self.actions], "created": self.created_at,
+               "usage_count": self.usage_count}
+        return {**out, **_ours(enabled=self.enabled, origin=self.origin, last_used=self.last_used)}
+
+    def api_json(self) -> dict:
+        """The gene as the API answers it: the plan's keys (`created` in unix seconds, our typed actions),
+        then ours."""
         return {"id": self.id, "name": self.name, "description": self.description, "triggers": self.triggers,
-                "actions": [exported(a) for a in self.actions], "created": self.created_at,
-                "usage_count": self.usage_count, "enabled": self.enabled, "origin": self.origin,
-                "last_used": self.last_used, "updated_at": self.updated_at}
+                "actions": self.actions, "created": self.created_at, "usage_count": self.usage_count,
+                "enabled": self.enabled, "builtin": self.builtin, "origin": self.origin, "last_used": self.last_used,
+                "updated_at": self.updated_at}
 
 
 @dataclasses.dataclass
@@ -81,9 +91,34 @@ class Capsule:
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
+    def plan_json(self) -> dict:
+        """The capsule as the plan's `create_capsule` writes it: `{id, name, gene_ids, strategy, created}`; our
+        keys follow only when they say something: a `description`, `enabled: false`, an `origin` other than
+        local."""
+        out = {"id": self.id, "name": self.name, "gene_ids": self.gene_ids, "strategy": self.strategy,
+               "created": self.created_at}
+        return {**out, **({"description": self.description} if self.description else {}),
+                **_ours(enabled=self.enabled, origin=self.origin)}
+
+    def api_json(self) -> dict:
+        """The capsule as the API answers it: the plan's keys (`created` in unix seconds), then ours."""
+        return {"id": self.id, "name": self.name, "gene_ids": self.gene_ids, "strategy": self.strategy,
+                "created": self.created_at, "description": self.description, "enabled": self.enabled,
+                "builtin": self.builtin, "origin": self.origin, "updated_at": self.updated_at}
+
+
+def _ours(*, enabled: bool, origin: str, last_used: float | None = None) -> dict:
+    """Our keys in an asset file, where they differ from what a plan file without them means."""
+    return {**({} if enabled else {"enabled": False}), **({} if origin == "local" else {"origin": origin}),
+            **({} if last_used is None else {"last_used": last_used})}
+
 
 # -- built-ins ----------------------------------------------------------------------------------------
 _EMPHASIS = r"\b(?:always|never|must|remember|absolutely)\b|一定|必须|永远|记住|绝对"
+INSIST_DESCRIPTION = ("A preference, workflow or correction with 'always', 'never', 'must', 'remember' (一定, 必须, 永远, "
+                      "记住) becomes an important directive with a head start: it starts at weight 0.8 instead of 0.5, "
+                      "so it lasts longer before it fades (pin it to keep it for good).")
+INSIST_ACTIONS = [{"op": "create_directive", "importance": 8}, {"op": "update_target"}, {"op": "reinforce", "amount": 0.3}]
 
 BUILTIN_GENES = (
     Gene("gene_correction_fix", "Fix what a correction contradicts",
@@ -103,12 +138,11 @@ BUILTIN_GENES = (
     Gene("gene_workflow_steps", "Keep a workflow",
          "A workflow ('first describe the scene, then the dialogue') becomes a directive.",
          [{"type": "workflow", "pattern": ""}], [{"op": "create_directive", "importance": 7}]),
-    Gene("gene_insist_pin", "Pin what the user insists on",
-         "A preference, workflow or correction with 'always', 'never', 'must', 'remember' (一定, 必须, 永远, 记住) "
-         "becomes a pinned directive.",
+    # Its id is from when it pinned; pinned, a directive never decayed, so the strategy had no say over
+    # what the user once insisted on (issue 22). The head start lets it last longer under every strategy.
+    Gene("gene_insist_pin", "Hold on to what the user insists on", INSIST_DESCRIPTION,
          [{"type": "preference", "pattern": _EMPHASIS}, {"type": "workflow", "pattern": _EMPHASIS},
-          {"type": "correction", "pattern": _EMPHASIS}],
-         [{"op": "create_directive", "importance": 8}, {"op": "update_target"}, {"op": "pin"}]),
+          {"type": "correction", "pattern": _EMPHASIS}], INSIST_ACTIONS),
     Gene("gene_repair_escalate", "Escalate a repair loop",
          "The model keeps making the same mistake: pin and lock the directive, raise its importance.",
          [{"type": "repair_loop", "pattern": ""}],

@@ -20,7 +20,7 @@ import sqlite3
 from ..graph.changes import ChangeSet, ensure_chat
 from ..policy import REINFORCE_STEP
 from ..store.events import record_event
-from .strategy import DAY, Strategy, chat_rng
+from .strategy import DAY, REINFORCE_MIN_ACCESS, Strategy, chat_rng
 
 # Where a directive made from a user signal starts. Below 1 so that what the seed adds to it shows: a
 # repeated signal, a recall injection or the strategy's reinforce draw (+0.1 each, capped at 1) needs five
@@ -147,9 +147,14 @@ def layer_counts(conn: sqlite3.Connection, chat_id: str) -> dict[str, int]:
 def consolidate(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy: str, max_short_term: int,
                 max_long_term: int, decay_days: float) -> ReflectReport:
     """Move memories through the layers: working -> short-term (everything since the last reflection);
-    short-term -> long-term when used often (the strategy's reinforce draw, +0.1 weight) or when the
-    short-term layer is over capacity (oldest first); over long-term capacity, archive the weakest
-    memories idle for more than decay_days (exempt ones never)."""
+    the strategy's reinforce draw for each memory used more than 3 times and used again since the last
+    reflection (+0.1 weight; a short-term one moves to long-term); short-term -> long-term also when the
+    layer is over capacity (oldest first); over long-term capacity, archive the weakest memories idle for
+    more than decay_days (exempt ones never).
+
+    "Used again since": recalled since (its `last_access`) or changed since (a directive said again; its
+    `rev` past the last reflection's). Every pass draws for those only, so a memory used often long ago is
+    not reinforced for ever, and the draw is not spent only once, at promotion, as before."""
     ensure_chat(conn, chat_id)
     state = load_state(conn, chat_id)
     chooser = Strategy(strategy, next_rng(state))
@@ -157,16 +162,21 @@ def consolidate(conn: sqlite3.Connection, chat_id: str, *, now: float, strategy:
     report.to_short_term = conn.execute(
         "UPDATE nodes SET layer = 'short_term' WHERE chat_id = ? AND archived = 0 AND layer = 'working'",
         (chat_id,)).rowcount
-    short = conn.execute("SELECT id, access_count, weight FROM nodes WHERE chat_id = ? AND archived = 0 AND"
-                         " layer = 'short_term' ORDER BY created_at, rowid", (chat_id,)).fetchall()
+    used = conn.execute(
+        "SELECT id, access_count, layer FROM nodes WHERE chat_id = ? AND archived = 0 AND access_count > ? AND"
+        " (? IS NULL OR coalesce(last_access, 0) > ? OR rev > ?) ORDER BY created_at, rowid",
+        (chat_id, REINFORCE_MIN_ACCESS, state.last_reflect_at, state.last_reflect_at or 0.0,
+         state.reflect_rev)).fetchall()
     promoted = set()
-    for row in short:
+    for row in used:
         if chooser.should_reinforce(row["access_count"]):
-            conn.execute("UPDATE nodes SET layer = 'long_term', weight = min(1.0, weight + ?) WHERE id = ?",
-                         (REINFORCE_STEP, row["id"]))
-            promoted.add(row["id"])
+            conn.execute("UPDATE nodes SET layer = 'long_term', weight = min(1.0, round(weight + ?, 6))"
+                         " WHERE id = ?", (REINFORCE_STEP, row["id"]))
+            promoted |= {row["id"]} if row["layer"] == "short_term" else set()
             report.reinforced += 1
-    remaining = [r for r in short if r["id"] not in promoted]
+    short = conn.execute("SELECT id FROM nodes WHERE chat_id = ? AND archived = 0 AND layer = 'short_term'"
+                         " ORDER BY created_at, rowid", (chat_id,)).fetchall()
+    remaining = short  # those the draw promoted are long-term now
     overflow = remaining[:max(0, len(remaining) - max_short_term)]
     conn.executemany("UPDATE nodes SET layer = 'long_term' WHERE id = ?", [(r["id"],) for r in overflow])
     report.to_long_term = len(promoted) + len(overflow)

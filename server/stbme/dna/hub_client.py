@@ -29,13 +29,14 @@ log = logging.getLogger("stbme.hub")
 CAPABILITIES = ("remember", "recall", "reflect", "decay", "signals", "genes", "capsules")
 HEARTBEAT_TIMEOUT_S = 5.0
 ASSET_TIMEOUT_S = 10.0
-SHARED_GENE_KEYS = ("id", "name", "description", "triggers", "actions", "created")
+SHARED_GENE_KEYS = ("id", "name", "description", "triggers", "actions", "created", "usage_count")  # the plan's gene
 PUBLISHED_BY = "X-Published-By"
 PUBLISHED_AT = "X-Published-At"
 
 
 def shareable_gene(raw: Any) -> dict:
-    """The parts of a gene a hub stores and serves, in the plan's shape (no usage counts, no local flags)."""
+    """The parts of a gene a hub stores and serves: the plan's gene (seed 001 `create_gene`), usage count
+    included; none of our local flags."""
     if not isinstance(raw, dict):
         raise BadRequest("a gene must be an object", field="gene")
     return {k: raw[k] for k in SHARED_GENE_KEYS if k in raw}
@@ -152,13 +153,14 @@ class HubClient:
 
         capsule, genes = await store.read(read)
         data, _ = await self._call("POST", "/capsules", json={
-            "node_id": self.settings["network.node_id"], "capsule": capsule.to_json(),
+            "node_id": self.settings["network.node_id"], "capsule": capsule.plan_json(),
             "genes": [shareable_gene(g.plan_json()) for g in genes]})
         await store.write(lambda conn: record_event(conn, None, "hub_publish", asset="capsule", id=capsule_id))
         return data if isinstance(data, dict) else {}
 
     async def fetch_gene(self, gene_id: str) -> dict:
-        """Fetch a gene by id from the hub and install it (origin 'hub'); a local gene of that id is kept."""
+        """Fetch a gene by id from the hub and install it (origin 'hub', with the usage count it carries; a
+        fetched-again gene keeps its own); a local gene of that id is kept."""
         data, headers = await self._call("GET", f"/genes/{quote(gene_id, safe='')}", params=self._node_param())
         raw, published_by = gene_of_answer(data)
         if raw is None:
@@ -172,7 +174,7 @@ class HubClient:
             _install(conn, gene)
             record_event(conn, None, "hub_fetch", asset="gene", id=gene.id, published_by=published_by)
         await self.store.write(write)
-        return gene.to_json()
+        return gene.api_json()
 
     async def fetch_capsule(self, capsule_id: str) -> dict:
         """Fetch a capsule and its genes from the hub and install them."""
@@ -193,7 +195,7 @@ class HubClient:
             assets.save_capsule(conn, capsule, new=existing is None)
             record_event(conn, None, "hub_fetch", asset="capsule", id=capsule.id, published_by=data.get("published_by"))
             return capsule
-        return (await self.store.write(write)).to_json()
+        return (await self.store.write(write)).api_json()
 
     def _node_param(self) -> dict:
         return {"node_id": self.settings["network.node_id"]}

@@ -3,8 +3,9 @@
 plan can carry over, both ways.
 
 Genes and capsules are written in the plan's shape (`created` in unix seconds, a gene's actions as the plan
-sent them, `usage_count`) followed by our own keys, which a plan reader ignores; an event line adds
-`chat_id` when it belongs to a chat. Reading accepts the plan's files as the plan writes them (ids such as
+sent them, `usage_count`; `Gene.plan_json`, `Capsule.plan_json`), followed by our own keys only where they say
+something the plan's keys do not (a disabled asset, one from a hub or built in, when a gene was last used),
+so a plan user's files go back out with the plan's keys; an event line adds `chat_id` when it belongs to a chat. Reading accepts the plan's files as the plan writes them (ids such as
 `gene_1713370000`, any action shape, a capsule strategy we do not know: balanced, with a warning, as the
 plan's `EvolutionStrategy` does). Files are written to a temporary name and renamed, so a crash leaves the
 old file or the new one, never half of one."""
@@ -55,12 +56,6 @@ class PlanBundle:
 
 
 # -- our data in the plan's shapes ------------------------------------------------------------------
-def capsule_json(capsule: assets.Capsule) -> dict:
-    return {"id": capsule.id, "name": capsule.name, "gene_ids": capsule.gene_ids, "strategy": capsule.strategy,
-            "created": capsule.created_at, "description": capsule.description, "enabled": capsule.enabled,
-            "origin": capsule.origin, "updated_at": capsule.updated_at}
-
-
 def event_json(event: dict) -> dict:
     """One of our events as the plan's `record_event` writes it."""
     line = {"timestamp": event["at"], "type": event["kind"], "details": event["data"]}

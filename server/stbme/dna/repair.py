@@ -1,7 +1,13 @@
 """Signal dedupe and repair loops (DNA Memory v3).
 
 - A signal more than 0.9 similar to a directive memory of the same type said within the hour before or
-  after it reinforces that memory (+0.1 weight, at most 1) instead of adding another.
+  after it reinforces that memory (+0.1 weight, at most 1) instead of adding another. The same instruction
+  said again later (at least SAME_WORDS of its words shared, and above 0.9) reinforces it too, however long
+  after: a user who repeats an instruction in every session means one directive, not one per hour (the
+  plan's hour alone turned 68 repeats of one OOC line over a month into 35 directives). A correction or
+  error is the exception until its repair loop is recorded: said again after the hour, it is the loop (the
+  model made the same mistake again), so it gets its own memory; after that, repeats reinforce. Either way
+  the two must agree on negation: "don't kill Mira" never reinforces "kill Mira" (the same search terms).
 - Corrections or errors more than 0.85 similar and said within 7 days of each other form a repair loop: the
   model keeps making the same mistake (the plan looks at errors only; in a roleplay the repeated mistake
   is as often corrected as complained about). The loop (both memory ids, similarity, time gap) is recorded and
@@ -29,12 +35,16 @@ from ..graph.changes import ChangeSet
 from ..index.lexical import tokenize
 from ..store import journal
 from ..store.events import record_event
-from .signals import SIGNAL_TYPES
+from .signals import SIGNAL_TYPES, is_negated
 from .story_clock import send_date_seconds
 from .strategy import DAY
 
 DEDUPE_SIMILARITY = 0.9
 DEDUPE_WINDOW_S = 3600.0
+# Beyond the hour, "the same instruction": this share of shared words (Dice). Of 1,034 pairs of different
+# instructions of one type and language in scripts/data/directives.jsonl none reaches 0.7; of the 16 real
+# repeats in directive_repeats.jsonl, 5 paraphrases reach 0.8 (every verbatim repeat is 1.0).
+SAME_WORDS = 0.8
 LOOP_SIMILARITY = 0.85
 LOOP_WINDOW_S = 7 * DAY
 LOOP_TYPES = ("correction", "error")
@@ -50,6 +60,13 @@ class Directive:
     moment: float                 # story time it was said (seconds), or when it was made
     seq_from: int | None = None
     text: str = ""
+    in_loop: bool = False         # part of an open repair loop
+
+    def repeats_any_time(self, loops: bool) -> bool:
+        """Whether a repeat in the same words reinforces it however long after: always for preferences,
+        decisions and workflows; a correction or error once its repair loop is recorded, or when loops are
+        not looked for (before that, its repeat after the hour is the loop)."""
+        return self.type not in LOOP_TYPES or not loops or self.in_loop
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -76,7 +93,9 @@ def load_directives(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *,
     the message each came from; with `before_index`, only those not derived from messages at or after it
     (manual ones count)."""
     rows = conn.execute(
-        f"SELECT n.id, n.type, n.embedding, n.created_at, n.seq_from, n.fields, m.send_date FROM nodes n"
+        f"SELECT n.id, n.type, n.embedding, n.created_at, n.seq_from, n.fields, m.send_date,"
+        f" EXISTS (SELECT 1 FROM repair_loops l WHERE l.chat_id = n.chat_id AND l.status = 'open' AND"
+        f"  (l.first_id = n.id OR l.second_id = n.id)) AS in_loop FROM nodes n"
         f" LEFT JOIN messages m ON m.chat_id = n.chat_id AND m.idx = n.seq_from"
         f" WHERE n.chat_id = ? AND n.archived = 0 AND n.type IN ({','.join('?' * len(types))})"
         " AND n.embedding IS NOT NULL AND n.embedder = ? AND (? IS NULL OR n.seq_from IS NULL OR n.seq_from < ?)"
@@ -87,20 +106,28 @@ def load_directives(conn: sqlite3.Connection, chat_id: str, embedder_id: str, *,
         moment = send_date_seconds(r["send_date"])
         out.append(Directive(r["id"], r["type"], np.frombuffer(r["embedding"], dtype=np.float32),
                              r["created_at"] if moment is None else moment, r["seq_from"],
-                             str(orjson.loads(r["fields"]).get("content", ""))))
+                             str(orjson.loads(r["fields"]).get("content", "")), bool(r["in_loop"])))
     return out
 
 
 def find_duplicate(type_: str, vector: np.ndarray, text: str, directives: list[Directive],
-                   moment: float) -> tuple[Directive, float] | None:
-    """The most similar directive of the same type said within an hour at > 0.9, if any (the plan's
-    bounds, both strict)."""
+                   moment: float, *, loops: bool = True) -> tuple[Directive, float] | None:
+    """The most similar directive of the same type at > 0.9 said within an hour (the plan's bounds, both
+    strict), or at any time when it is the same instruction (SAME_WORDS; `Directive.repeats_any_time`, with
+    `loops`: whether repair loops are looked for), if any, the latest said of equals; never one that differs
+    from the text in negation."""
     best = None
+    negated = is_negated(text)
     for d in directives:
-        if d.type != type_ or abs(moment - d.moment) >= DEDUPE_WINDOW_S:
+        if d.type != type_ or is_negated(d.text) != negated:
+            continue
+        if abs(moment - d.moment) >= DEDUPE_WINDOW_S and not (
+                d.repeats_any_time(loops) and word_overlap(text, d.text) >= SAME_WORDS):
             continue
         sim = similar(vector, text, d)
-        if sim is not None and sim > DEDUPE_SIMILARITY and (best is None or sim > best[1]):
+        # ties (the same words said several times): the latest said
+        if sim is not None and sim > DEDUPE_SIMILARITY and (
+                best is None or (sim, d.moment) > (best[1], best[0].moment)):
             best = (d, sim)
     return best
 

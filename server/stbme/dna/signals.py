@@ -25,7 +25,7 @@ from .signal_patterns import (EMPHASIS_WORDS, INSTRUCTION_PATTERNS, NARRATOR_ADD
                               WEAK_NARRATION_WORDS)
 
 __all__ = ["SIGNAL_TYPES", "SIGNAL_PATTERNS", "SCOPES", "TYPE_PRIORITY", "Signal", "Unit", "split_ooc",
-           "split_units", "is_command", "message_units", "confidence", "match_unit", "extract_signals",
+           "split_units", "is_command", "message_units", "confidence", "is_negated", "match_unit", "extract_signals",
            "best_per_unit", "correction_terms"]
 
 SCOPES = ("instructions", "ooc", "message")
@@ -144,9 +144,15 @@ def confidence(text: str) -> float:
     for word in EMPHASIS_WORDS:
         if _has_word(folded, word):
             score += 0.05
-    if any(_has_word(folded, word) for word in NEGATION_WORDS):
+    if is_negated(text):
         score += 0.1
     return round(min(score, 0.98), 4)
+
+
+def is_negated(text: str) -> bool:
+    """Whether the text says don't / never / stop / 不要 / 别 (the plan's negation words and ours)."""
+    folded = text.casefold()
+    return any(_has_word(folded, word) for word in NEGATION_WORDS)
 
 
 def _has_word(folded: str, word: str) -> bool:

@@ -1,10 +1,14 @@
 """The signal stage of the batch pipeline: user signals become directive memories.
 
-- `prepare`: find the signals in the batch's user messages, keep those the chat's strategy remembers,
-  embed them, and decide each one against the directives made before it: a duplicate (same type, said
-  within the hour, similar above 0.9) reinforces the old memory; otherwise the best gene (GEP scoring) says
-  what to do, usually create a directive; a correction or error like one said within 7 days is a repair
-  loop. "Said" is the messages' story time (`send_date`), the wall clock only without one (`repair`).
+- `prepare`: find the signals in the batch's user messages, embed them, and decide each one against the
+  directives made before it: a duplicate (same type, similar above 0.9, said within the hour, or the same
+  words at any time) reinforces the old memory, under every strategy; a new signal the chat's strategy
+  remembers goes to the best gene (GEP scoring), which usually creates a directive; a correction or error
+  like one said within 7 days is a repair loop. "Said" is the messages' story time (`send_date`), the wall
+  clock only without one (`repair`).
+  A directive is used when the user says it: made or repeated, its `last_access` is when it was said and a
+  repeat counts in `access_count` (recall shows directives in every reply and does not count that), so the
+  strategy's decay and reinforce draws (dna/dynamics.py) follow what the user keeps saying.
 - `apply`: write those decisions through the batch's ChangeSet, so a rollback undoes them exactly.
 - `after`: corrections fix the memory they contradict (nearest neighbours that contain the corrected
   words, among memories of earlier messages, whichever batch made them). Journaled with the batch.
@@ -50,6 +54,7 @@ class Plan:
     signal: Signal
     vector: np.ndarray
     outcome: str                      # created | reinforced | ignored
+    moment: float                     # when it was said (story time, else the wall clock)
     node_id: str | None = None
     gene: assets.Gene | None = None
     score: float = 0.0
@@ -114,27 +119,28 @@ class SignalStage(BaseStage):
 
         genes, capsule_strategy, known = await self.store.read(read)
         strategy = Strategy(capsule_strategy or ctx.setting("dna.evolution_strategy"))
-        signals = [s for s in signals if strategy.should_remember(s.confidence)]
-        if not signals:
-            return
         vectors = await self.embeddings.embed_texts([node_text(directive_fields(s)) for s in signals])
         gep = ctx.setting("dna.gep_enabled")
         loops = ctx.setting("dna.repair_loop_detection")
         plans = []
         for sig, vec in zip(signals, vectors):
             moment = now if said.get(sig.index) is None else said[sig.index]  # story time, else the wall clock
-            dup = repair.find_duplicate(sig.type, vec, sig.content, known, moment)
-            if dup is not None:
-                plans.append(Plan(sig, vec, "reinforced", dup[0].id, similarity=dup[1]))
+            dup = repair.find_duplicate(sig.type, vec, sig.content, known, moment, loops=loops)
+            if dup is not None:  # not a new memory: the strategy's remember threshold is for new ones
+                plans.append(Plan(sig, vec, "reinforced", moment, dup[0].id, similarity=dup[1]))
+                continue
+            if not strategy.should_remember(sig.confidence):
                 continue
             gene, score = assets.select_gene(genes, [sig.to_json()]) if gep else (PLAIN_GENE, 1.0)
-            plan = Plan(sig, vec, "ignored", gene=gene, score=score)
+            plan = Plan(sig, vec, "ignored", moment, gene=gene, score=score)
             if gene is not None and gene.has("create_directive"):
                 plan.outcome, plan.node_id = "created", new_id("n")
                 partner = repair.find_loop_partner(sig.type, vec, sig.content, known, moment) if loops else None
                 if partner is not None:
                     plan.loop = (partner[0].id, partner[1], moment - partner[0].moment)
-                known.append(repair.Directive(plan.node_id, sig.type, vec, moment, sig.index, sig.content))
+                    partner[0].in_loop = True
+                known.append(repair.Directive(plan.node_id, sig.type, vec, moment, sig.index, sig.content,
+                                              in_loop=partner is not None))
             plans.append(plan)
         escalation = None
         if any(p.loop for p in plans):
@@ -155,8 +161,10 @@ class SignalStage(BaseStage):
                      "source": sig.source, "outcome": plan.outcome, "node_id": plan.node_id}
             if plan.outcome == "reinforced":
                 node = cs.get_node(plan.node_id)
-                if node is not None:
-                    cs.update_node(node.id, weight=min(1.0, node.weight + REINFORCE_STEP))
+                if node is not None:  # the plan's +0.1, and a use: said again now
+                    cs.update_node(node.id, weight=round(min(1.0, node.weight + REINFORCE_STEP), 6),
+                                   access_count=node.access_count + 1,
+                                   last_access=max(node.last_access or 0.0, plan.moment))
                 record_event(cs.conn, cs.chat_id, "reinforce", node_id=plan.node_id, reason="duplicate signal",
                              similarity=round(plan.similarity or 0, 4), message=sig.index)
                 continue
@@ -175,7 +183,7 @@ class SignalStage(BaseStage):
                                if a["op"] == "create_directive" and "importance" in a), DEFAULT_IMPORTANCE[sig.type])
             cs.insert_node(Node(
                 id=plan.node_id, chat_id=cs.chat_id, type=sig.type, fields=fields, importance=importance,
-                weight=DIRECTIVE_START_WEIGHT,
+                weight=DIRECTIVE_START_WEIGHT, last_access=plan.moment,
                 seq_from=sig.index, seq_to=sig.index, tags=["dna"] + (["ooc"] if sig.ooc else []),
                 embedding=np.asarray(plan.vector, dtype=np.float32), embedder=embedder_id, text_hash=text_hash(text),
                 evolution=[{"kind": "signal", "confidence": sig.confidence, "pattern": sig.pattern,

@@ -40,6 +40,7 @@ listed with keys (M1, M2...). Decide whether the new memory changes how an old o
 Answer JSON: {"results": [{"new": "N1", "should_evolve": true|false, "reason": "...",
  "suggested_connections": ["M1"],
  "neighbor_updates": [{"key": "M2", "new_context": "how it reads now, or null", "new_tags": ["tag"] or null}]}]}
+new_tags are the memory's tags now ([] for none); null keeps them.
 Every neighbor update must say something that is not already in that memory.""",
     "summary": """Summarise where the story stands after the messages below, in 80-220 characters: the current
 situation, what changed, the core tension. No predictions. Do not repeat the earlier summaries.
@@ -64,7 +65,8 @@ EVOLVE_WITH_EXTRACTION = """Evolution: when a memory you create changes how an e
 revealed identity re-colours earlier motives; a discovered property changes a place), add to that create operation:
  "evolve": {"should_evolve": true, "reason": "...", "suggested_connections": ["M2", "N1"],
   "neighbor_updates": [{"nodeId": "M2", "newContext": "how it reads now", "newTags": ["tag"]}]}
-Connections may name existing memories (M keys) or other new ones (N refs). Only real changes; do not force links."""
+Connections may name existing memories (M keys) or other new ones (N refs). newContext or newTags null: unchanged
+(newTags [] removes its tags). Only real changes; do not force links."""
 
 
 def system_prompt(task: str, setting: Callable[[str], object], language: str, appendix: str = "") -> str:

@@ -28,7 +28,7 @@ from ..graph.changes import ChangeSet
 from ..graph.model import node_from_row
 from ..graph.schema import Strength
 from ..llm.base import LLMError
-from ..store.events import record_event
+from ..store.events import complete_event, record_event
 from ..store.queries import nodes_by_ids
 from .batch import BatchContext
 from .prompting import KeyMap, LLMStage, as_list, memory_line, norm_key
@@ -103,7 +103,9 @@ def apply_evolution(cs: ChangeSet, new_id: str, decision: dict, resolve: Callabl
         if isinstance(tags, list):
             clean = list(dict.fromkeys(str(t).strip()[:64] for t in tags
                                        if isinstance(t, (str, int)) and not isinstance(t, bool) and str(t).strip()))
-            if clean:
+            # As the seed: `[]` is the memory's tags now (none); null keeps them. A list of nothing usable
+            # ([""], [{}]) is a garbled answer, not a decision to clear.
+            if clean or not tags:
                 new_tags = clean[:MAX_TAGS]
         if fields == node.fields and new_tags == node.tags:
             continue
@@ -122,6 +124,71 @@ def add_counts(ctx: BatchContext, counts: EvolutionCounts) -> None:
     total += counts
 
 
+@dataclasses.dataclass
+class ShownMemory:
+    """One new memory as the separate evolution call showed it: its key (N1), its id, and its neighbours
+    by key (M1 -> (memory id, similarity))."""
+    key: str
+    node_id: str
+    neighbours: dict[str, tuple[str, float]]
+
+    def resolve(self, key: Any) -> str | None:
+        """The id of the neighbour a key the LLM used names (None for a key it was not shown)."""
+        found = self.neighbours.get(norm_key(key) or "")
+        return found[0] if found else None
+
+
+def _named_keys(decision: dict) -> list[str]:
+    """The memory keys a decision points at: its connections and the memories its updates rewrite."""
+    keys = _first(decision, "suggested_connections", "suggestedConnections", "connections") or []
+    keys = list(keys) if isinstance(keys, list) else []
+    updates = _first(decision, "neighbor_updates", "neighborUpdates") or []
+    keys += [_first(u, "key", "nodeId", "node_id", "id") for u in (updates if isinstance(updates, list) else [])
+             if isinstance(u, dict)]
+    return [k for k in map(norm_key, keys) if k]
+
+
+def assign_decisions(decisions: list[dict],
+                     shown: list[ShownMemory]) -> tuple[list[tuple[ShownMemory, dict]], list[str]]:
+    """Which new memory each decision of a separate evolution answer is about, and why any is left out.
+
+    Ours name it (`new: "N1"`). The seed's shape does not: its call showed one new memory. With several
+    shown, a list of them without `new`, as long as the memories shown, is read in their order (a decision
+    is about the memory in its place when it points at that memory's neighbours). Any other decision
+    without `new` belongs to the memory whose neighbours it points at (its connections and updates): the
+    one with the most of them shown, then the nearest (their similarities summed)."""
+    by_key = {m.key: m for m in shown}
+    positional = len(decisions) == len(shown) and not any(_first(d, "new") is not None for d in decisions)
+    chosen, left_out = [], []
+    for place, decision in enumerate(decisions):
+        named = _first(decision, "new", "node_id", "nodeId", "id")
+        if named is not None:
+            memory = by_key.get(norm_key(named))
+            if memory is None:
+                left_out.append(f"it names {str(named)[:20]!r}, which is none of {', '.join(by_key)}")
+            else:
+                chosen.append((memory, decision))
+            continue
+        if len(shown) == 1:
+            chosen.append((shown[0], decision))  # the seed's own case: one call, one new memory
+            continue
+        keys = _named_keys(decision)
+        if positional and (not keys or any(k in shown[place].neighbours for k in keys)):
+            chosen.append((shown[place], decision))
+            continue
+        scored = sorted(((sum(k in m.neighbours for k in keys), sum(m.neighbours[k][1] for k in keys
+                                                                      if k in m.neighbours), m) for m in shown),
+                        key=lambda t: (-t[0], -t[1]))
+        best = [m for count, sim, m in scored if count and (count, sim) == scored[0][:2]]
+        if len(best) == 1:
+            chosen.append((best[0], decision))
+        elif decision.get("should_evolve") or decision.get("shouldEvolve"):
+            left_out.append("it does not say which new memory it is about, and points as much at the neighbours of "
+                            + " and ".join(m.key for m in best) if best else
+                            "it does not say which new memory it is about, and names no memory shown")
+    return chosen, left_out
+
+
 class EvolveStage(LLMStage):
     """evolve.mode = separate: one call per batch, after the new memories are embedded."""
 
@@ -136,7 +203,7 @@ class EvolveStage(LLMStage):
         by_id = {r["id"]: node_from_row(r) for r in rows}
         new_nodes = [by_id[n] for n in created if n in by_id][:MAX_NEW]
         keys = KeyMap("M")
-        plan: dict[str, tuple[str, dict[str, str]]] = {}
+        shown: list[ShownMemory] = []
         lines = []
         for i, node in enumerate(new_nodes, 1):
             # Any other active memory may be a neighbour, the batch's own new ones included (seed 000).
@@ -144,34 +211,32 @@ class EvolveStage(LLMStage):
                                       exclude={node.id}, min_similarity=ctx.setting("evolve.min_similarity"))
             if not near:
                 continue
-            shown = {keys.add(n.id): n.id for n, _ in near}
-            plan[f"N{i}"] = (node.id, shown)
+            shown.append(ShownMemory(f"N{i}", node.id, {keys.add(n.id): (n.id, sim) for n, sim in near}))
             lines.append(f"## New memory {memory_line(f'N{i}', node)}")
             lines.append("Nearest existing memories:")
             lines += [f"{memory_line(keys.add(n.id), n)} similarity {sim:.2f}" for n, sim in near]
             lines.append("")
-        if not plan:
+        if not shown:
             return
         try:
             value, _ = await self.ask(ctx, "evolve", "\n".join(lines), language=ctx.data.get("language", "en"))
         except LLMError as exc:
             self.skip(ctx, exc, "memory evolution")
             return
-        decisions = decisions_of(value)
-        if len(plan) == 1 and len(decisions) == 1 and "new" not in decisions[0]:
-            decisions[0] = {**decisions[0], "new": next(iter(plan))}  # the seed's single-memory answer
-        chosen = []
-        for decision in decisions:
-            entry = plan.get(norm_key(_first(decision, "new", "node_id", "nodeId", "id")))
-            if entry is not None:
-                chosen.append((entry, decision))
+        chosen, left_out = assign_decisions(decisions_of(value), shown)
+        for why in left_out:
+            self.live.notice("info", f"memory evolution for messages {ctx.start}-{ctx.end}: a decision was not "
+                             f"applied: {why}", ctx.chat_id)
         if not chosen:
             return
+        event_id = ctx.data.get("extract_event")
 
         def write(cs: ChangeSet) -> EvolutionCounts:
             counts = EvolutionCounts()
-            for (new_id, shown), decision in chosen:
-                counts += apply_evolution(cs, new_id, decision, lambda key, shown=shown: shown.get(norm_key(key)))
+            for memory, decision in chosen:
+                counts += apply_evolution(cs, memory.node_id, decision, memory.resolve)
+            if event_id is not None:  # the batch's extract event was written before this ran
+                complete_event(cs.conn, event_id, evolution=counts.to_json())
             return counts
 
         add_counts(ctx, await ctx.write(write, "evolve"))

@@ -186,10 +186,13 @@ class ExtractStage(LLMStage):
         applier.run(plan["ops"])
         ctx.data["llm_created"] = applier.created
         ctx.data["llm_touched"] = applier.touched
+        # With the extraction, its evolution is applied above; in `evolve.mode separate` it runs after the batch
+        # is embedded and fills in these counts then (EvolveStage).
         evolution = ctx.data.get("evolution") or EvolutionCounts()
-        record_event(cs.conn, ctx.chat_id, "extract", msg_range=list(ctx.msg_range), ops=len(plan["ops"]),
-                     created=len(applier.created), updated=len(applier.updated), skipped=applier.skipped,
-                     evolution=evolution.to_json())
+        ctx.data["extract_event"] = record_event(
+            cs.conn, ctx.chat_id, "extract", msg_range=list(ctx.msg_range), ops=len(plan["ops"]),
+            created=len(applier.created), updated=len(applier.updated), skipped=applier.skipped,
+            evolution=evolution.to_json())
 
 
 def _mentions(key: str, folded_text: str) -> bool:

@@ -40,6 +40,9 @@ from .render import render_block
 from ..pipeline.timeline import parse_send_date
 
 CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
+# The user's directives are in every block, whatever was asked: being shown is no use of them. They are used
+# when the user says them again (dna/stage.py), and the DNA strategies reinforce and decay them from that.
+DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == "directives")
 REFERENCE_SHARE = 0.5  # weight of the keyword list with names borrowed from the last turn, of the input's
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
@@ -284,13 +287,14 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     placed_ids = {n.id for n in placed}
     # In the block's order: the core sections come before the evidence.
     chosen = [s for s in core if s.node.id in placed_ids] + [s for s in result if s.node.id in placed_ids]
-    if chosen and q.reinforce:
+    used = [s.node.id for s in chosen if s.node.type not in DIRECTIVE_TYPES]
+    if used and q.reinforce:
         if reinforcement is None:
             reinforcement = Reinforcement(store)
-            reinforcement.injected([s.node.id for s in chosen])
+            reinforcement.injected(used)
             reinforcement.flush()
         else:
-            reinforcement.injected([s.node.id for s in chosen])
+            reinforcement.injected(used)
     return {
         "text": text,
         "tokens": tokens,

@@ -9,9 +9,20 @@ from typing import Any
 import orjson
 
 
-def record_event(conn: sqlite3.Connection, chat_id: str | None, kind: str, /, **data: Any) -> None:
-    conn.execute("INSERT INTO events (chat_id, at, kind, data) VALUES (?,?,?,?)",
-                 (chat_id, time.time(), kind, orjson.dumps(data).decode()))
+def record_event(conn: sqlite3.Connection, chat_id: str | None, kind: str, /, **data: Any) -> int:
+    """Append an event; its id (for `complete_event`)."""
+    cur = conn.execute("INSERT INTO events (chat_id, at, kind, data) VALUES (?,?,?,?)",
+                       (chat_id, time.time(), kind, orjson.dumps(data).decode()))
+    return int(cur.lastrowid)
+
+
+def complete_event(conn: sqlite3.Connection, event_id: int, **data: Any) -> None:
+    """Fill in what an event could not know when it was written (a batch's evolution, which in
+    `evolve.mode separate` runs after the batch's extraction was recorded)."""
+    row = conn.execute("SELECT data FROM events WHERE id = ?", (event_id,)).fetchone()
+    if row is not None:
+        conn.execute("UPDATE events SET data = ? WHERE id = ?",
+                     (orjson.dumps({**orjson.loads(row["data"]), **data}).decode(), event_id))
 
 
 def list_events(conn: sqlite3.Connection, *, chat_id: str | None = None, kind: str | None = None,

@@ -358,6 +358,27 @@ def m009_process_through(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE chats ADD COLUMN process_through INTEGER NOT NULL DEFAULT -1")
 
 
+@migration
+def m013_insisted_directives_fade(conn: sqlite3.Connection) -> None:
+    """The built-in gene for what the user insists on ('always', 记住...) gave its directive a head start
+    instead of a pin, so the chat's strategy decays it too (issue 22). A database made before keeps the
+    gene as the code defined it then: move it on, unless the user edited it. Directives it pinned stay
+    pinned (that was the user's data by now)."""
+    row = conn.execute("SELECT actions FROM genes WHERE id = 'gene_insist_pin' AND builtin = 1").fetchone()
+    if row is None or json.loads(row[0]) != [{"op": "create_directive", "importance": 8}, {"op": "update_target"},
+                                             {"op": "pin"}]:
+        return
+    # The definition as it is from here on (dna/assets.py); a later change is a new migration.
+    conn.execute(
+        "UPDATE genes SET name = ?, description = ?, actions = ?, updated_at = ? WHERE id = 'gene_insist_pin'",
+        ("Hold on to what the user insists on",
+         "A preference, workflow or correction with 'always', 'never', 'must', 'remember' (一定, 必须, 永远, 记住) "
+         "becomes an important directive with a head start: it starts at weight 0.8 instead of 0.5, so it lasts "
+         "longer before it fades (pin it to keep it for good).",
+         json.dumps([{"op": "create_directive", "importance": 8}, {"op": "update_target"},
+                     {"op": "reinforce", "amount": 0.3}]), time.time()))
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(

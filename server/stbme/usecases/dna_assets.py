@@ -29,14 +29,14 @@ class DnaAssets:
         """The gene GEP scoring picks for these signals ({type, content} each)."""
         genes = await self.store.read(lambda conn: assets.list_genes(conn, enabled_only=True))
         gene, score = assets.select_gene(genes, [{"type": s["type"], "content": s.get("content", "")} for s in signals])
-        return {"gene": gene.to_json() if gene else None, "score": score}
+        return {"gene": gene.api_json() if gene else None, "score": score}
 
     # -- genes and capsules ---------------------------------------------------------------------
     async def list_genes(self) -> list[dict]:
-        return [g.to_json() for g in await self.store.read(assets.list_genes)]
+        return [g.api_json() for g in await self.store.read(assets.list_genes)]
 
     async def get_gene(self, gene_id: str) -> dict:
-        return (await self.store.read(lambda conn: assets.require_gene(conn, gene_id))).to_json()
+        return (await self.store.read(lambda conn: assets.require_gene(conn, gene_id))).api_json()
 
     async def create_gene(self, body: Any, *, origin: str = "local") -> dict:
         gene = assets.gene_from_body(body)
@@ -46,7 +46,7 @@ class DnaAssets:
             assets.save_gene(conn, gene, new=True)
             record_event(conn, None, "gene_create", gene_id=gene.id, name=gene.name, origin=origin)
         await self.store.write(write)
-        return gene.to_json()
+        return gene.api_json()
 
     async def edit_gene(self, gene_id: str, body: Any) -> dict:
         def write(conn):
@@ -56,7 +56,7 @@ class DnaAssets:
             assets.save_gene(conn, gene, new=False)
             record_event(conn, None, "gene_update", gene_id=gene_id, changed=sorted(body))
             return gene
-        return (await self.store.write(write)).to_json()
+        return (await self.store.write(write)).api_json()
 
     async def delete_gene(self, gene_id: str) -> dict:
         def write(conn):
@@ -66,10 +66,10 @@ class DnaAssets:
         return {"deleted": gene_id}
 
     async def list_capsules(self) -> list[dict]:
-        return [c.to_json() for c in await self.store.read(assets.list_capsules)]
+        return [c.api_json() for c in await self.store.read(assets.list_capsules)]
 
     async def get_capsule(self, capsule_id: str) -> dict:
-        return (await self.store.read(lambda conn: assets.require_capsule(conn, capsule_id))).to_json()
+        return (await self.store.read(lambda conn: assets.require_capsule(conn, capsule_id))).api_json()
 
     async def create_capsule(self, body: Any) -> dict:
         def write(conn):
@@ -77,7 +77,7 @@ class DnaAssets:
             assets.save_capsule(conn, capsule, new=True)
             record_event(conn, None, "capsule_create", capsule_id=capsule.id, name=capsule.name)
             return capsule
-        return (await self.store.write(write)).to_json()
+        return (await self.store.write(write)).api_json()
 
     async def edit_capsule(self, capsule_id: str, body: Any) -> dict:
         def write(conn):
@@ -87,7 +87,7 @@ class DnaAssets:
             assets.save_capsule(conn, capsule, new=False)
             record_event(conn, None, "capsule_update", capsule_id=capsule_id)
             return capsule
-        return (await self.store.write(write)).to_json()
+        return (await self.store.write(write)).api_json()
 
     async def delete_capsule(self, capsule_id: str) -> dict:
         def write(conn):
@@ -120,7 +120,7 @@ class DnaAssets:
         """genes.json and capsules.json's contents, in the plan's shapes."""
         def read(conn):
             return {"genes": [g.plan_json() for g in assets.list_genes(conn)],
-                    "capsules": [plan_files.capsule_json(c) for c in assets.list_capsules(conn)]}
+                    "capsules": [c.plan_json() for c in assets.list_capsules(conn)]}
         return await self.store.read(read)
 
     async def export_plan_dir(self, directory: Path, *, chat_id: str | None = None) -> dict:
