@@ -50,6 +50,36 @@ def test_lexical_compaction_keeps_results():
     assert hits and all(int(n[1:]) >= 2500 and int(n[1:]) % 7 == 3 for n, _ in hits)
 
 
+def test_a_saved_lexical_index_loads_with_the_same_scores_and_refuses_a_damaged_file():
+    """The saved postings are raw 4-byte slots and counts: a loaded index scores as the one saved, removed
+    slots stay removed, it takes new texts after, and a cut, mislabelled or out-of-range file is refused."""
+    rng = random.Random(7)
+    words = ["lantern", "harbour", "Mira", "钥匙", "灯塔", "storm", "obsidian", "key", "ferry", "salt"]
+    index = LexicalIndex()
+    for i in range(1200):
+        index.upsert(f"d{i}", " ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) + f" w{i}", rev=i)
+    for i in range(0, 1200, 3):
+        index.remove(f"d{i}")
+    index.upsert("d1", "Mira lost the obsidian key at the ferry", rev=999)   # a re-indexed memory: a dead slot
+    data = index.to_bytes()
+    loaded = LexicalIndex.from_bytes(data)
+    for query in ("obsidian key", "灯塔的钥匙", "Mira storm", "w7", "nothing here"):
+        assert loaded.search(query, 50) == index.search(query, 50)
+    assert loaded.rev_of == index.rev_of and len(loaded) == len(index) and loaded.search("w3", 5) == []
+    loaded.upsert("new", "a brand new lantern", rev=1)
+    assert [n for n, _ in loaded.search("brand", 3)] == ["new"]
+    for i in range(1200):
+        loaded.remove(f"d{i}")                       # removing most slots compacts the loaded postings
+    assert [n for n, _ in loaded.search("lantern", 10)] == ["new"] and len(loaded.node_of) < 1000   # compacted
+    for bad in (data[:-4], b"{" + data[1:], data.replace(b'"version":3', b'"version":9', 1)):
+        with pytest.raises(ValueError):
+            LexicalIndex.from_bytes(bad)
+    header_end = data.index(b"}", len(b"STBMELEX") + 8) + 1
+    wrong_slot = data[:header_end] + (10**6).to_bytes(4, "little") + data[header_end + 4:]
+    with pytest.raises(ValueError, match="slot"):
+        LexicalIndex.from_bytes(wrong_slot)
+
+
 def test_truncate_to_tokens_never_over():
     text = "长" * 500 + " word " * 300
     for budget in (1, 5, 17, 100):

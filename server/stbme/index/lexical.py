@@ -12,7 +12,10 @@ import logging
 import math
 import os
 import re
+import struct
+import sys
 import threading
+from array import array
 from collections import Counter
 from pathlib import Path
 
@@ -68,6 +71,19 @@ def tokenize(text: str) -> list[str]:
     return terms
 
 
+# Posting lists are C arrays (4 bytes a slot, 4 a term count), not lists of Python ints: a loaded list held a
+# 28-byte int object per posting, so a reopened 100k-memory chat took ~130 MB more than the same index built
+# (scripts/bench_recall.py, "peak of a fresh process reopening it").
+DOCS, TFS = "i", "I"
+MAGIC = b"STBMELEX"
+
+
+def _posting_array(code: str, values=b"") -> array:
+    out = array(code)
+    out.frombytes(values)
+    return out
+
+
 class LexicalIndex:
     """BM25 index over node texts; doc slots are append-only, removed docs are masked out."""
 
@@ -76,7 +92,7 @@ class LexicalIndex:
         self.node_of: list[str | None] = []
         self.lengths: list[int] = []
         self.active: list[bool] = []
-        self.postings: dict[str, tuple[list[int], list[int]]] = {}
+        self.postings: dict[str, tuple[array, array]] = {}   # term -> (doc slots, term counts)
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._np_lengths: np.ndarray | None = None
         self._np_active: np.ndarray | None = None
@@ -107,7 +123,10 @@ class LexicalIndex:
         self.live += 1
         self.total_length += length
         for term, tf in counts.items():
-            docs, tfs = self.postings.setdefault(term, ([], []))
+            posting = self.postings.get(term)
+            if posting is None:
+                posting = self.postings[term] = (array(DOCS), array(TFS))
+            docs, tfs = posting
             docs.append(slot)
             tfs.append(tf)
             self._arrays.pop(term, None)
@@ -130,12 +149,15 @@ class LexicalIndex:
     def _compact(self) -> None:
         # Rebuild postings without removed slots; keeps memory and df honest after many removals.
         keep = [i for i, a in enumerate(self.active) if a]
-        remap = {old: new for new, old in enumerate(keep)}
+        remap = np.full(len(self.node_of), -1, dtype=np.int32)
+        remap[keep] = np.arange(len(keep), dtype=np.int32)
         postings = {}
         for term, (docs, tfs) in self.postings.items():
-            pairs = [(remap[d], tf) for d, tf in zip(docs, tfs) if d in remap]
-            if pairs:
-                postings[term] = ([d for d, _ in pairs], [tf for _, tf in pairs])
+            new = remap[np.frombuffer(docs, dtype=np.int32)]
+            alive = new >= 0
+            if alive.any():
+                postings[term] = (_posting_array(DOCS, new[alive].tobytes()),
+                                  _posting_array(TFS, np.frombuffer(tfs, dtype=np.uint32)[alive].tobytes()))
         self.postings = postings
         self.node_of = [self.node_of[i] for i in keep]
         self.lengths = [self.lengths[i] for i in keep]
@@ -145,28 +167,50 @@ class LexicalIndex:
         self._np_lengths = self._np_active = None
 
     def to_bytes(self) -> bytes:
-        """The index as JSON, for saving beside the HNSW index. Read-only (no compaction): searches on
-        the event loop may run while a thread serialises it."""
-        return orjson.dumps({"version": SAVE_VERSION, "node_of": self.node_of, "lengths": self.lengths,
-                             "revs": [self.rev_of.get(n, 0) if n is not None else 0 for n in self.node_of],
-                             "postings": {t: [d, f] for t, (d, f) in self.postings.items()}})
+        """The index for saving beside the HNSW index: a JSON header, then every posting list's slots and
+        counts as raw 4-byte integers. Read-only (no compaction): a search may run meanwhile; callers hold
+        the writers off (LexicalCache._save_lock)."""
+        terms = list(self.postings)
+        header = orjson.dumps({
+            "version": SAVE_VERSION, "byteorder": sys.byteorder, "node_of": self.node_of, "lengths": self.lengths,
+            "revs": [self.rev_of.get(n, 0) if n is not None else 0 for n in self.node_of],
+            "terms": terms, "counts": [len(self.postings[t][0]) for t in terms]})
+        docs = b"".join(self.postings[t][0].tobytes() for t in terms)
+        tfs = b"".join(self.postings[t][1].tobytes() for t in terms)
+        return b"".join((MAGIC, struct.pack("<Q", len(header)), header, docs, tfs))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LexicalIndex":
-        raw = orjson.loads(data)
-        if raw.get("version") != SAVE_VERSION:
-            raise ValueError(f"lexical index format {raw.get('version')}")
+        if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 8:
+            raise ValueError("not a lexical index file of this version")
+        start = len(MAGIC) + 8
+        (size,) = struct.unpack_from("<Q", data, len(MAGIC))
+        raw = orjson.loads(data[start:start + size])
+        if raw.get("version") != SAVE_VERSION or raw.get("byteorder") != sys.byteorder:
+            raise ValueError(f"lexical index format {raw.get('version')} ({raw.get('byteorder')}-endian)")
+        terms, counts = raw["terms"], raw["counts"]
+        total = sum(counts)
+        body = memoryview(data)[start + size:]
+        if len(terms) != len(counts) or len(body) != 8 * total:
+            raise ValueError("lexical index file is truncated")
         index = cls()
         index.node_of = list(raw["node_of"])
         index.lengths = list(raw["lengths"])
         index.active = [n is not None for n in index.node_of]  # removed documents are None
         index.slot_of = {n: i for i, n in enumerate(index.node_of) if n is not None}
         index.rev_of = {n: r for n, r in zip(index.node_of, raw["revs"]) if n is not None}
-        index.postings = {t: (d, f) for t, (d, f) in raw["postings"].items()}
+        at = 0
+        for term, n in zip(terms, counts):
+            index.postings[term] = (_posting_array(DOCS, body[4 * at:4 * (at + n)]),
+                                    _posting_array(TFS, body[4 * (total + at):4 * (total + at + n)]))
+            at += n
         index.live = len(index.slot_of)
         index.total_length = sum(length for length, a in zip(index.lengths, index.active) if a)
         if len(index.lengths) != len(index.node_of) or index.live != sum(index.active):
             raise ValueError("lexical index file is inconsistent")
+        slots = np.frombuffer(body[:4 * total], dtype=np.int32)
+        if total and (slots.min() < 0 or slots.max() >= len(index.node_of)):
+            raise ValueError("lexical index file names a slot it does not have")
         return index
 
     def _term_arrays(self, term: str):
@@ -241,7 +285,7 @@ class LexicalIndex:
 
 
 _LEXICAL_COLUMNS = "id, fields, tags, archived, rev"
-SAVE_VERSION = 2   # 2: memories of messages are indexed as "Speaker: text" (migration m012)
+SAVE_VERSION = 3   # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings
 
 
 def _doc_text(row) -> str:
