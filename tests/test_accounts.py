@@ -16,6 +16,7 @@ from authority_fixtures import AuthorityClient
 from stbme.accounts import ACCOUNTS_DIR, account_dir_name
 from stbme.api.app import create_app
 from stbme.api.keys import accounts_key, services_key
+from stbme.errors import Unavailable
 
 CHAT = "Elena - 2024-05-01@12h00m00s"   # the same ST chat file name in two accounts
 
@@ -230,6 +231,8 @@ async def test_account_memories_close_with_the_server(app_client):
     alice = space(app_client, "alice")
     await app_client.close()
     assert alice._closed and app_client.server.app[accounts_key].opened() == {}
+    with pytest.raises(Unavailable):   # a request still running at shutdown opens nothing
+        await app_client.server.app[accounts_key].get("bob")
 
 
 def test_account_dir_name_is_one_safe_component():

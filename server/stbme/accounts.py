@@ -17,7 +17,7 @@ from typing import Any, Callable
 from . import config
 from .data_dir import private_dir
 from .embed.shared import SharedEmbedder
-from .errors import BadRequest
+from .errors import BadRequest, Unavailable
 from .services import Services
 
 log = logging.getLogger("stbme")
@@ -76,7 +76,7 @@ class AccountSpaces:
             return svc
         async with self._lock:
             if self._closed:
-                raise BadRequest("the sidecar is shutting down", field="X-STBME-Account")
+                raise Unavailable("the sidecar is shutting down", field="X-STBME-Account")
             svc = self._open.get(handle)
             if svc is None:
                 svc = await self._open_account(handle)
