@@ -56,7 +56,6 @@ class AccountSpaces:
         self._open: dict[str, Services] = {}
         self._lock = asyncio.Lock()
         self._closed = False
-        self.on_open: list[Callable[[str, Services], None]] = []
         # Accounts that used the sidecar before (on disk) mean ST runs with accounts: the direct route
         # is refused from then on (api/accounts.py).
         self._seen = self.dir.is_dir() and any(p.is_dir() for p in self.dir.iterdir())
@@ -82,8 +81,6 @@ class AccountSpaces:
                 svc = await self._open_account(handle)
                 self._open[handle] = svc
                 self._seen = True
-                for callback in self.on_open:
-                    callback(handle, svc)
         return svc
 
     async def _open_account(self, handle: str) -> Services:
@@ -98,7 +95,11 @@ class AccountSpaces:
         svc = Services.open(path, embedder=SharedEmbedder(self.root.embeddings.embedder),
                             cli_settings={**seed, **operator, **self.cli_settings})
         svc.settings_service.validators.append(_refuse_operator_settings)
-        await svc.start()
+        try:
+            await svc.start()
+        except BaseException:
+            await svc.close()
+            raise
         log.info("opened the memory of SillyTavern account %r in %s", handle, path)
         return svc
 
