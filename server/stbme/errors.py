@@ -26,6 +26,10 @@ class Unauthorized(StbmeError):
     status = 401
 
 
+class Forbidden(StbmeError):
+    status = 403
+
+
 class NotFound(StbmeError):
     status = 404
 

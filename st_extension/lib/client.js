@@ -60,6 +60,9 @@ function combinedSignal(signal, timeoutMs) {
     };
 }
 
+/** The `field` of the sidecar's refusal of a direct browser request when ST has user accounts. */
+const ACCOUNT_FIELD = 'X-STBME-Account';
+
 export class SidecarClient {
     /**
      * @param {object} options
@@ -154,6 +157,12 @@ export class SidecarClient {
                 lastError = new ApiError(data?.error || (response.status === 404
                     ? 'the ST-BME proxy plugin is not installed or enabled'
                     : 'the ST-BME proxy plugin cannot reach the sidecar'), { status: response.status, network: true, route });
+                continue;
+            }
+            // SillyTavern runs with user accounts: the sidecar answers a browser only through the plugin,
+            // which names the account (docs/security.md). In auto mode that is the route to take.
+            if (route === 'direct' && this.mode === 'auto' && response.status === 403 && data?.field === ACCOUNT_FIELD) {
+                lastError = new ApiError(data.error, { status: 403, field: ACCOUNT_FIELD, body: data, route });
                 continue;
             }
             this.route = route;

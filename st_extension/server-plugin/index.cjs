@@ -15,6 +15,11 @@
 // copy registers as the plugin "authority", so ST-BME's default /api/plugins/authority reaches the sidecar's
 // /v1/authority with no setting changed. `mountAs` is read from config.json only (an environment variable
 // would give both copies the same id). The Authority session header is forwarded on Authority paths.
+//
+// SillyTavern with user accounts (enableUserAccounts): ST's login sets req.user before any plugin route runs
+// (src/users.js setUserDataMiddleware); the plugin names that account to the sidecar in X-STBME-Account
+// (percent-encoded req.user.profile.handle), so each account has its own memory there (docs/security.md).
+// The header is set here only: what a browser sends under that name is never forwarded.
 // No dependencies beyond Node's standard library.
 
 'use strict';
@@ -27,6 +32,7 @@ const path = require('node:path');
 const VERSION = '0.1.0';
 const TOKEN_HEADER = 'x-stbme-token';
 const SESSION_HEADER = 'x-authority-session-token';
+const ACCOUNT_HEADER = 'x-stbme-account';
 const AUTHORITY_PREFIX = '/v1/authority';
 const ALLOWED_METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE']);
 /** Only the sidecar's API is reachable through ST, nothing else on that host. */
@@ -74,6 +80,16 @@ function loadConfig(dir = __dirname) {
 
 const info = pluginInfo(loadConfig().mountAs);
 
+/**
+ * The ST account of a request: ST's own `default-user` when accounts are off, the logged-in one when on.
+ * @param {import('express').Request} req
+ * @returns {string|null}
+ */
+function accountOf(req) {
+    const handle = req.user?.profile?.handle;
+    return typeof handle === 'string' && handle ? handle : null;
+}
+
 function sendError(res, status, message) {
     if (res.headersSent) {
         res.destroy();
@@ -101,7 +117,10 @@ function createProxyHandler(config) {
             return;
         }
         const upstreamPath = (asAuthority ? AUTHORITY_PREFIX : '') + target.pathname;
+        // Built from scratch: no header of the browser's reaches the sidecar unless listed here.
         const headers = { accept: 'application/json' };
+        const account = accountOf(req);
+        if (account) headers[ACCOUNT_HEADER] = encodeURIComponent(account);
         const token = req.get(TOKEN_HEADER) || config.token;
         if (token) headers.authorization = `Bearer ${token}`;
         // ST-BME's Authority client names its session in this header; the sidecar checks it after the token.
@@ -157,7 +176,7 @@ function createProxyHandler(config) {
 async function init(router) {
     const config = { ...loadConfig(), mountAs: info.id };
     router.get('/_proxy/info', (req, res) => {
-        res.json({ ok: true, plugin: info.id, version: VERSION, sidecar: config.sidecarUrl });
+        res.json({ ok: true, plugin: info.id, version: VERSION, sidecar: config.sidecarUrl, account: accountOf(req) });
     });
     router.use(createProxyHandler(config));
     const upstream = config.sidecarUrl + (info.id === 'authority' ? AUTHORITY_PREFIX : '');
@@ -168,4 +187,4 @@ async function exit() {
     // Nothing to close: every request's upstream connection ends with the request.
 }
 
-module.exports = { info, init, exit, loadConfig, createProxyHandler, pluginInfo };
+module.exports = { info, init, exit, loadConfig, createProxyHandler, pluginInfo, accountOf };

@@ -16,7 +16,9 @@ from ..live import PollSessions
 from ..services import Services
 from .authority_routes import setup_authority_routes
 from .dna_routes import setup_dna_routes
-from .keys import identity_key, polls_key, services_key, sockets_key, token_key
+from ..accounts import AccountSpaces
+from .accounts import account_middleware
+from .keys import account_polls_key, accounts_key, identity_key, polls_key, services_key, sockets_key, token_key
 from .live_routes import setup_live_routes
 from .middleware import (auth_middleware, browser_middleware, error_middleware, host_middleware, is_loopback,
                          protocol_log)
@@ -52,16 +54,20 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
     if "*" in origins() and not token:
         log.warning("server.cors_origins contains '*', which is ignored without an API token: any web page "
                     "could use the sidecar. List SillyTavern's origin, or start with --token")
+    spaces = AccountSpaces(svc, cli_settings)
     guards = [host_middleware(lambda: svc.settings["server.allowed_hosts"])] if not token else []
     app = web.Application(
         middlewares=[*guards, browser_middleware(origins, allow_any_origin=bool(token)),
                      error_middleware, auth_middleware(token or "", open_paths=OPEN_PATHS,
-                                                       query_token_paths=("/v1/ws",))],
+                                                       query_token_paths=("/v1/ws",)),
+                     account_middleware(spaces, token or "", query_token_paths=("/v1/ws",))],
         client_max_size=max_body_bytes or svc.settings["server.max_body_bytes"],
         handler_args={"logger": protocol_log},
     )
     app[body_timeout_key] = lambda: svc.settings["server.body_timeout_s"]
     app[services_key] = svc
+    app[accounts_key] = spaces
+    app[account_polls_key] = {}
     app[token_key] = token or ""
     app[identity_key] = identity_secret
     app[sockets_key] = weakref.WeakSet()
@@ -75,6 +81,7 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
     async def lifecycle(app: web.Application):
         await svc.start()
         yield
+        await spaces.close()   # before the default namespace: they borrow its embedder
         await svc.close()
 
     async def close_sockets(app: web.Application):
@@ -82,7 +89,8 @@ def create_app(data_dir: Path | str | None = None, *, host: str = "127.0.0.1", t
         # the shutdown until its timeout if it were closed only in the cleanup.
         for ws in list(app[sockets_key]):
             await ws.close(code=WSCloseCode.GOING_AWAY, message=b"sidecar shutting down")
-        app[polls_key].close_all()  # waiting long-polls return at once
+        for polls in (app[polls_key], *app[account_polls_key].values()):
+            polls.close_all()  # waiting long-polls return at once
 
     app.cleanup_ctx.append(lifecycle)
     app.on_shutdown.append(close_sockets)

@@ -15,7 +15,7 @@ from aiohttp import WSMsgType, web
 from .. import __version__
 from ..errors import BadRequest
 from ..llm.relay import RelayChannel
-from .keys import polls_key, services, sockets_key
+from .keys import polls, services, sockets_key
 from .requests import json_response, read_json
 
 LONG_POLL_MAX_S = 50
@@ -86,7 +86,7 @@ def _poll_client(body: Any) -> str:
 async def live_poll(request):
     """The live channel over long-poll: {client_id, wait_s, relay} -> {messages} (within wait_s)."""
     body = await read_json(request)
-    svc, sessions = services(request), request.app[polls_key]
+    svc, sessions = services(request), polls(request)
     client_id = _poll_client(body)
     wait_s = body.get("wait_s", 20)
     if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= LONG_POLL_MAX_S:
@@ -100,7 +100,7 @@ async def live_poll(request):
 async def live_send(request):
     """A message from a long-poll client (relay_response, ping): {client_id, message} -> {reply}."""
     body = await read_json(request)
-    svc, sessions = services(request), request.app[polls_key]
+    svc, sessions = services(request), polls(request)
     session = sessions.get(_poll_client(body))
     return json_response({"reply": client_message(svc.relay, body.get("message"), session.relay_peer)})
 

@@ -58,6 +58,23 @@ test('auto mode falls back to the proxy plugin when the direct URL is unreachabl
     assert.equal(fetch.calls[2].url, '/api/plugins/stbme/v1/chats/c/status', 'the working route is tried first next time');
 });
 
+test('auto mode takes the plugin when the sidecar refuses the direct route because ST has user accounts', async () => {
+    const refusal = { ok: false, error: 'SillyTavern runs with user accounts ...', errors: ['...'], status: 403, field: 'X-STBME-Account' };
+    const fetch = fakeFetch({
+        'http://127.0.0.1:8765/health': () => ({ status: 200, body: { ok: true, version: 'direct' } }),
+        'http://127.0.0.1:8765/': () => ({ status: 403, body: refusal }),
+        '/api/plugins/stbme/': () => ({ status: 200, body: { ok: true, chats: [] } }),
+    });
+    const client = new SidecarClient({ baseUrl: 'http://127.0.0.1:8765', fetch });
+    assert.equal((await client.health()).version, 'direct');
+    assert.deepEqual((await client.get('/v1/chats')).chats, []);
+    assert.equal(client.route, 'proxy');
+    assert.deepEqual(fetch.calls.map(c => c.url).slice(1), ['http://127.0.0.1:8765/v1/chats', '/api/plugins/stbme/v1/chats']);
+    // Chosen by hand, the direct route reports the refusal as it is.
+    const direct = new SidecarClient({ baseUrl: 'http://127.0.0.1:8765', mode: 'direct', fetch });
+    await assert.rejects(direct.get('/v1/chats'), e => e instanceof ApiError && e.status === 403 && e.field === 'X-STBME-Account');
+});
+
 test('a missing plugin (ST answers 404 HTML) is reported as unreachable, not as a sidecar error', async () => {
     const fetch = fakeFetch({ '/api/plugins/stbme/': () => ({ status: 404, body: '<html>Cannot GET</html>' }) });
     const client = new SidecarClient({ baseUrl: 'http://127.0.0.1:8765', fetch, mode: 'proxy' });

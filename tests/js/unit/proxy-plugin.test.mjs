@@ -106,6 +106,32 @@ for (const [label, base] of [['streamed body', () => stUrl], ['body already pars
     });
 }
 
+test('the ST account (req.user) is named to the sidecar; a browser cannot name one', async () => {
+    // ST's setUserDataMiddleware runs before every plugin route and sets req.user.
+    const app = express();
+    app.use((req, res, next) => {
+        req.user = { profile: { handle: decodeURIComponent(req.get('x-test-login') || '') }, directories: {} };
+        next();
+    });
+    await mountPlugin(app);
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise(r => server.once('listening', r));
+    const base = `http://127.0.0.1:${server.address().port}/api/plugins/stbme`;
+    try {
+        for (const handle of ['alice', '../../etc/x', '灯塔 ユーザー']) {
+            await fetch(`${base}/v1/chats`, { headers: { 'X-Test-Login': encodeURIComponent(handle), 'X-STBME-Account': 'bob' } });
+            assert.equal(decodeURIComponent(seen.at(-1).headers['x-stbme-account']), decodeURIComponent(encodeURIComponent(handle)));
+        }
+        const info = await (await fetch(`${base}/_proxy/info`, { headers: { 'X-Test-Login': 'alice' } })).json();
+        assert.equal(info.account, 'alice');
+    } finally {
+        server.close();
+    }
+    // Without a login (no req.user), a browser's header is dropped, not forwarded.
+    await fetch(`${stUrl}/api/plugins/stbme/v1/chats`, { headers: { 'X-STBME-Account': 'bob' } });
+    assert.equal(seen.at(-1).headers['x-stbme-account'], undefined);
+});
+
 test('sidecar errors pass through unchanged', async () => {
     const res = await fetch(`${stUrl}/api/plugins/stbme/v1/boom`);
     assert.equal(res.status, 400);
