@@ -248,7 +248,10 @@ async def test_lexical_index_is_saved_and_reconciled_on_load(sidecar):
     await _chat(sidecar, {4: "The vault code is 4417."})
     lexical = sidecar.indexes.lexical
     await lexical.get("c")
-    assert await lexical.save_dirty() == 1 and lexical.path("c").exists()
+    legacy = lexical.path("c").with_name(lexical.path("c").name.replace(".lex.bin", ".lex.json"))
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    legacy.write_bytes(b'{"version": 2}')                   # an older version's file, never read again
+    assert await lexical.save_dirty() == 1 and lexical.path("c").exists() and not legacy.exists()
     node = (await recall(sidecar, "c", {"query": "vault code"}))["memories"][0]
     await sidecar.memories.act("c", node["id"], "archive")  # a change after the save
     added = await create_node(sidecar, "c", {"text": "The harbour master is called Quill."})

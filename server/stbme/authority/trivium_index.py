@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..index.hnsw import ChatIndex, IndexMismatch
-from ..index.lexical import LexicalIndex
+from ..index.lexical import LEGACY_SUFFIX, LEXICAL_SUFFIX, LexicalIndex
 from ..store import Store
 from . import trivium_store as ts
 
@@ -47,7 +47,7 @@ class TriviumCaches:
 
     @property
     def _lexical_path(self) -> Path:
-        return self.base.with_name(f"{self.base.name}.lex.json")
+        return self.base.with_name(self.base.name + LEXICAL_SUFFIX)
 
     # -- load ----------------------------------------------------------------------------------
     async def ready(self) -> None:
@@ -211,6 +211,7 @@ class TriviumCaches:
             data = self.lexical.to_bytes()
         tmp.write_bytes(data)
         os.replace(tmp, self._lexical_path)
+        self.base.with_name(self.base.name + LEGACY_SUFFIX).unlink(missing_ok=True)
 
     async def rebuild(self) -> dict:
         """Throw the caches away and build them again from SQLite, then save them."""

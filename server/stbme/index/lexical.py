@@ -285,6 +285,8 @@ class LexicalIndex:
 
 
 _LEXICAL_COLUMNS = "id, fields, tags, archived, rev"
+LEXICAL_SUFFIX = ".lex.bin"
+LEGACY_SUFFIX = ".lex.json"   # format 2 and before: not read (rebuilt from the store), removed at the next save
 SAVE_VERSION = 3   # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings
 
 
@@ -305,7 +307,7 @@ class LexicalCache(PerChatCache[LexicalIndex]):
 
     def path(self, chat_id: str) -> Path | None:
         base = self.file_base(chat_id)
-        return base.with_name(base.name + ".lex.json") if base is not None else None
+        return base.with_name(base.name + LEXICAL_SUFFIX) if base is not None else None
 
     async def _load_or_build(self, chat_id: str) -> LexicalIndex:
         index = await self._load(chat_id)
@@ -366,6 +368,9 @@ class LexicalCache(PerChatCache[LexicalIndex]):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(data)
         os.replace(tmp, path)
+        path.with_name(path.name.removesuffix(LEXICAL_SUFFIX) + LEGACY_SUFFIX).unlink(missing_ok=True)
 
     def _delete_files(self, chat_id: str) -> None:
-        self.path(chat_id).unlink(missing_ok=True)
+        path = self.path(chat_id)
+        path.unlink(missing_ok=True)
+        path.with_name(path.name.removesuffix(LEXICAL_SUFFIX) + LEGACY_SUFFIX).unlink(missing_ok=True)
