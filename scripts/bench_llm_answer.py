@@ -157,7 +157,7 @@ async def run_variant(name: str, code: Path, root: Path, fake: Fake, seconds: fl
         idle = await window(http, min(10.0, seconds), requests)
         async with http.put("/v1/settings", json={"settings": {
                 "llm.mode": "openai", "llm.url": fake.url, "llm.model": "fake", "llm.retries": 0,
-                "extract.llm_every": 1, "extract.smart_trigger": False}}) as resp:
+                "extract.every": 1, "extract.smart_trigger": False}}) as resp:
             assert resp.status == 200, await resp.text()
         before_fake, before_rss = fake.read(), rss_kib(pid)
         say(f"{name}: recall while the LLM answers with huge bodies ({seconds:g} s)")

@@ -43,7 +43,7 @@ from _roleplay_data import RoleplayChat  # noqa: E402
 
 CHAT = "real-model"
 SETTINGS = {"llm.mode": "openai", "llm.model": "local", "llm.timeout_s": 900, "llm.retries": 1,
-            "llm.max_tokens": 700, "extract.llm_every": 3, "evolve.mode": "with_extraction",
+            "llm.max_tokens": 700, "extract.every": 3, "evolve.mode": "with_extraction",
             "maintain.summary_every": 2, "maintain.synopsis_every": 3, "maintain.reflect_every": 4,
             "maintain.compress_every": 4, "maintain.summary_fan_in": 2}
 

@@ -86,6 +86,7 @@ export const CHOICE_LABELS = Object.freeze({
 
 const llmOn = v => v['llm.mode'] === 'openai' || v['llm.mode'] === 'relay';
 const api = v => v['llm.mode'] === 'openai';
+const embedApi = v => v['embed.provider'] === 'openai';
 
 /**
  * When a setting applies, from the values shown with it; a setting not listed always applies.
@@ -106,11 +107,11 @@ export const APPLIES_WHEN = Object.freeze({
     'llm.json_retries': llmOn,
     'llm.degrade_when_down': llmOn,
     'llm.redo_degraded_after_s': v => llmOn(v) && v['llm.degrade_when_down'] !== false,
-    'embed.openai_url': v => v['embed.provider'] === 'openai',
-    'embed.openai_key': v => v['embed.provider'] === 'openai',
-    'embed.openai_model': v => v['embed.provider'] === 'openai',
-    'embed.timeout_s': v => v['embed.provider'] === 'openai',
-    'embed.retries': v => v['embed.provider'] === 'openai',
+    'embed.openai_url': embedApi,
+    'embed.openai_key': embedApi,
+    'embed.openai_model': embedApi,
+    'embed.timeout_s': embedApi,
+    'embed.retries': embedApi,
     'extract.every': llmOn,
     'extract.context_turns': llmOn,
     'extract.existing_memories': llmOn,

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..index.hnsw import ChatIndex, IndexMismatch
-from ..index.lexical import LEGACY_SUFFIX, LEXICAL_SUFFIX, LexicalIndex
+from ..index.lexical import LEXICAL_SUFFIX, LexicalIndex, legacy_file
 from ..store import Store
 from . import trivium_store as ts
 
@@ -211,7 +211,7 @@ class TriviumCaches:
             data = self.lexical.to_bytes()
         tmp.write_bytes(data)
         os.replace(tmp, self._lexical_path)
-        self.base.with_name(self.base.name + LEGACY_SUFFIX).unlink(missing_ok=True)
+        legacy_file(self._lexical_path).unlink(missing_ok=True)
 
     async def rebuild(self) -> dict:
         """Throw the caches away and build them again from SQLite, then save them."""

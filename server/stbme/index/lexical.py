@@ -71,9 +71,9 @@ def tokenize(text: str) -> list[str]:
     return terms
 
 
-# Posting lists are C arrays (4 bytes a slot, 4 a term count), not lists of Python ints: a loaded list held a
-# 28-byte int object per posting, so a reopened 100k-memory chat took ~130 MB more than the same index built
-# (scripts/bench_recall.py, "peak of a fresh process reopening it").
+# Posting lists are C arrays (4 bytes a slot, 4 a term count), not lists of Python ints: a list loaded from JSON
+# held a 28-byte int object per posting, and a fresh process reopening a 100k-memory chat peaked at 634 MB
+# (443 MB with arrays; scripts/bench_recall.py, "peak of a fresh process reopening it").
 DOCS, TFS = "i", "I"
 MAGIC = b"STBMELEX"
 
@@ -287,6 +287,13 @@ class LexicalIndex:
 _LEXICAL_COLUMNS = "id, fields, tags, archived, rev"
 LEXICAL_SUFFIX = ".lex.bin"
 LEGACY_SUFFIX = ".lex.json"   # format 2 and before: not read (rebuilt from the store), removed at the next save
+
+
+def legacy_file(path: Path) -> Path:
+    """Where an older version saved the index at `path` (a .lex.bin file)."""
+    return path.with_name(path.name.removesuffix(LEXICAL_SUFFIX) + LEGACY_SUFFIX)
+
+
 SAVE_VERSION = 3   # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings
 
 
@@ -368,9 +375,8 @@ class LexicalCache(PerChatCache[LexicalIndex]):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(data)
         os.replace(tmp, path)
-        path.with_name(path.name.removesuffix(LEXICAL_SUFFIX) + LEGACY_SUFFIX).unlink(missing_ok=True)
+        legacy_file(path).unlink(missing_ok=True)
 
     def _delete_files(self, chat_id: str) -> None:
-        path = self.path(chat_id)
-        path.unlink(missing_ok=True)
-        path.with_name(path.name.removesuffix(LEXICAL_SUFFIX) + LEGACY_SUFFIX).unlink(missing_ok=True)
+        self.path(chat_id).unlink(missing_ok=True)
+        legacy_file(self.path(chat_id)).unlink(missing_ok=True)

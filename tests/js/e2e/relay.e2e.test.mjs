@@ -31,8 +31,8 @@ afterEach(() => {
  */
 async function withHeldRelay(chatId, message, during) {
     const { page, api, send, openChat, settled } = stack;
-    // llm_every 1: the reply to `message` is extracted at once, whatever came before it.
-    await openChat(chatId, chatHistory(smallTalk(2)), { overrides: { 'extract.llm_every': 1 } });
+    // every 1: the reply to `message` is extracted at once, whatever came before it.
+    await openChat(chatId, chatHistory(smallTalk(2)), { overrides: { 'extract.every': 1 } });
     const n = await page.evaluate(() => window.stHost.backendRequests.length);
     const release = () => page.evaluate(() => { window.stHost.holdRaw = false; window.stHost.releaseBackend(); });
     await withCleanup(async () => {
