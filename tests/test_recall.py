@@ -316,6 +316,33 @@ def test_bm25_scores_do_not_depend_on_reindexing_history():
     assert churned.search("vault code", 5) == fresh.search("vault code", 5)
 
 
+def test_bm25_weights_kept_between_searches_follow_every_change():
+    """Term weights and length norms are kept between searches: each add, edit, removal and compaction
+    must give the scores a fresh index of the same memories gives."""
+    def fresh_of(texts: dict[str, str]) -> LexicalIndex:
+        index = LexicalIndex()
+        for node_id, text in texts.items():
+            index.upsert(node_id, text)
+        return index
+
+    texts = {f"d{i}": "the vault code is 4417" if i % 3 == 0 else f"lanterns over the harbor {i}" for i in range(40)}
+    kept = fresh_of(texts)
+    steps = [("add", "d40", "the vault under the harbor"), ("edit", "d3", "a long vault ledger " * 6),
+             ("remove", "d0", None), *[("remove", f"d{i}", None) for i in range(1, 30)]]   # the last ones compact
+    for what, node_id, text in steps:
+        kept.search("vault harbor", 10), kept.term_weights("vault harbor")   # fill what is kept
+        if what == "remove":
+            kept.remove(node_id)
+            texts.pop(node_id)
+        else:
+            kept.upsert(node_id, text)
+            texts[node_id] = text
+        fresh = fresh_of(texts)
+        rounded = lambda hits: [(n, round(score, 4)) for n, score in hits]  # noqa: E731
+        assert rounded(kept.search("vault harbor", 10)) == rounded(fresh.search("vault harbor", 10)), (what, node_id)
+        assert kept.term_weights("vault harbor lanterns") == pytest.approx(fresh.term_weights("vault harbor lanterns"))
+
+
 def test_bm25_ties_are_ordered_by_node_id_not_slot():
     index = LexicalIndex()
     for node_id in ("z", "m", "a", "q"):  # slots in insertion order; equal texts score equally

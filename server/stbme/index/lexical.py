@@ -96,6 +96,10 @@ class LexicalIndex:
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._np_lengths: np.ndarray | None = None
         self._np_active: np.ndarray | None = None
+        # Derived from the live slots, kept until the index changes: a recall weighs the terms of its input
+        # and of the recent turns (hundreds of lookups), and at idle the chat does not change between recalls.
+        self._df: dict[str, float] = {}
+        self._norm: np.ndarray | None = None
         self.live = 0
         self.total_length = 0
         self.rev_of: dict[str, int] = {}   # node revision indexed, to reconcile a saved index with the store
@@ -130,7 +134,8 @@ class LexicalIndex:
             docs.append(slot)
             tfs.append(tf)
             self._arrays.pop(term, None)
-        self._np_lengths = self._np_active = None
+        self._np_lengths = None
+        self._changed()
 
     def remove(self, node_id: str) -> None:
         slot = self.slot_of.pop(node_id, None)
@@ -142,7 +147,7 @@ class LexicalIndex:
         self.node_of[slot] = None
         self.live -= 1
         self.total_length -= self.lengths[slot]
-        self._np_active = None
+        self._changed()
         if len(self.node_of) > 1024 and self.live < len(self.node_of) // 2:
             self._compact()
 
@@ -164,7 +169,12 @@ class LexicalIndex:
         self.active = [True] * len(keep)
         self.slot_of = {n: i for i, n in enumerate(self.node_of)}
         self._arrays.clear()
-        self._np_lengths = self._np_active = None
+        self._np_lengths = None
+        self._changed()
+
+    def _changed(self) -> None:
+        self._np_active, self._norm = None, None
+        self._df.clear()
 
     def to_bytes(self) -> bytes:
         """The index for saving beside the HNSW index: a JSON header, then every posting list's slots and
@@ -227,8 +237,7 @@ class LexicalIndex:
         weights = {}
         for term in dict.fromkeys(tokenize(query)):
             if term in self.postings:
-                docs, _ = self._term_arrays(term)
-                df = float(self._active_array()[docs].sum())
+                df = self._live_df(term)
                 if df:
                     weights[term] = _idf(self.live, df)
         return weights
@@ -238,24 +247,36 @@ class LexicalIndex:
         terms = [t for t in dict.fromkeys(tokenize(query)) if t in self.postings]
         if not terms or self.live == 0:
             return None
-        if self._np_lengths is None:
-            self._np_lengths = np.asarray(self.lengths, dtype=np.float32)
         active = self._active_array()
-        avg = max(self.total_length / max(self.live, 1), 1.0)
-        norm = K1 * (1 - B + B * self._np_lengths / avg)
+        norm = self._length_norm()
         scores = np.zeros(len(self.node_of), dtype=np.float32)
         n = self.live
         for term in terms:
             docs, tfs = self._term_arrays(term)
-            # Count live documents only: a re-indexed memory leaves a dead slot in the postings, and
-            # counting it would lower the term's weight (scores must not depend on edit history).
-            df = float(active[docs].sum())
+            df = self._live_df(term)
             if df == 0:
                 continue
             idf = _idf(n, df)
             scores[docs] += idf * tfs * (K1 + 1) / (tfs + norm[docs])
         scores *= active
         return scores
+
+    def _live_df(self, term: str) -> float:
+        df = self._df.get(term)
+        if df is None:
+            # Count live documents only: a re-indexed memory leaves a dead slot in the postings, and
+            # counting it would lower the term's weight (scores must not depend on edit history).
+            docs, _ = self._term_arrays(term)
+            df = self._df[term] = float(self._active_array()[docs].sum())
+        return df
+
+    def _length_norm(self) -> np.ndarray:
+        if self._norm is None:
+            if self._np_lengths is None:
+                self._np_lengths = np.asarray(self.lengths, dtype=np.float32)
+            avg = max(self.total_length / max(self.live, 1), 1.0)
+            self._norm = K1 * (1 - B + B * self._np_lengths / avg)
+        return self._norm
 
     def _active_array(self) -> np.ndarray:
         if self._np_active is None:
