@@ -4,13 +4,17 @@ directory; without the header the default namespace is what it always was. Real 
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
 import pytest
-from conftest import DEADLINE_S, SILVER_KEY_CHAT, full_sync, serve_process, settle, sync_body
+from conftest import (DEADLINE_S, SILVER_KEY_CHAT, full_sync, one_line_error, serve_process, settle, st_chat_file,
+                      st_message, sync_body)
 from test_api import ST_ORIGIN, assert_error, ok_json, url
+from test_cli import run
 
 from authority_fixtures import AuthorityClient
 from stbme.accounts import ACCOUNTS_DIR, account_dir_name
@@ -282,3 +286,63 @@ async def test_without_the_token_no_account_is_opened(aiohttp_client, tmp_path, 
     resp = await client.get("/v1/chats", headers={"Authorization": "Bearer s3cret", **as_account("alice")})
     await ok_json(resp)
     assert (tmp_path / "data" / ACCOUNTS_DIR / account_dir_name("alice")).is_dir()
+
+
+async def test_past_max_accounts_a_new_account_is_refused_and_the_others_keep_working(aiohttp_client, tmp_path,
+                                                                                       embedder):
+    """Each account is a database, indexes and a worker: a local program naming accounts without end must
+    not make the sidecar open them without end."""
+    client = await aiohttp_client(create_app(tmp_path / "data", embedder=embedder,
+                                             cli_settings={"server.max_accounts": 2}))
+    for handle in ("alice", "bob"):
+        await ok_json(await client.post(url(CHAT, "/sync"), headers=as_account(handle), json=sync_body(SILVER_KEY_CHAT[:2])))
+    resp = await client.post(url(CHAT, "/sync"), headers=as_account("carol"), json=sync_body(SILVER_KEY_CHAT[:2]))
+    body = await assert_error(resp, 403)
+    assert body["field"] == "X-STBME-Account" and "server.max_accounts" in body["error"]
+    assert sorted(p.name for p in (tmp_path / "data" / ACCOUNTS_DIR).iterdir()) == sorted(
+        map(account_dir_name, ("alice", "bob")))
+    status = await ok_json(await client.get(url(CHAT, "/status"), headers=as_account("alice")))
+    assert status["messages"] == 2
+    await ok_json(await client.get("/v1/chats"))   # the default namespace is not an account: never refused
+
+
+# -- the CLI names an account (`stbme --account`) --------------------------------------------------------------
+def cli_stats(data: Path, *account: str) -> dict[str, int]:
+    result = run(*account, "stats", "--json", "--data-dir", data)
+    return {c["chat_id"]: c["messages"] for c in json.loads(result.stdout)["chats"]}
+
+
+def test_the_cli_reads_and_writes_one_accounts_memory(tmp_path):
+    data = tmp_path / "data"
+    chat = st_chat_file(tmp_path / f"{CHAT}.jsonl", [st_message(i % 2 == 0, text) for i, text in
+                                                    enumerate(SILVER_KEY_CHAT[:4])])
+    run("--account", "alice", "ingest", chat, "--create", "--data-dir", data)
+    assert cli_stats(data, "--account", "alice") == {CHAT: 4}
+    assert cli_stats(data) == {}
+    assert cli_stats(data, "--account", "default-user") == {}
+    from_env = run("stats", "--json", "--data-dir", data, env={"STBME_ACCOUNT": "alice"})
+    assert [c["chat_id"] for c in json.loads(from_env.stdout)["chats"]] == [CHAT]
+    result = run("--account", "bob", "stats", "--data-dir", data, expect=1)
+    line = one_line_error(result)
+    assert "'bob'" in line and "no memory" in line
+    assert [p.name for p in (data / ACCOUNTS_DIR).iterdir()] == [account_dir_name("alice")]
+    run("--account", "a\nb", "stats", "--data-dir", data, expect=2)
+
+
+async def test_the_cli_names_the_account_to_a_running_server(tmp_path):
+    data = tmp_path / "served"
+    data.mkdir()
+    from stbme.store import Store
+    from stbme.store.settings import save_settings
+
+    store = Store.open(data / "stbme.sqlite3")   # no model to load in the subprocess: embeddings unavailable
+    store.write_sync(lambda conn: save_settings(conn, {"embed.provider": "openai", "embed.openai_url": ""}))
+    store.close()
+    with serve_process(data, stop_timeout=10) as base:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DEADLINE_S)) as http:
+            async with http.post(base + url(CHAT, "/sync"), headers=as_account("alice"),
+                                 json=sync_body(SILVER_KEY_CHAT[:3])) as resp:
+                assert resp.status == 200, await resp.text()
+        stats = await asyncio.to_thread(cli_stats, data, "--account", "alice")
+        assert stats == {CHAT: 3}
+        assert await asyncio.to_thread(cli_stats, data) == {}

@@ -8,42 +8,20 @@ docs/security.md says who may name an account and what the direct route does."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import re
-from pathlib import Path
 from typing import Any, Callable
 
 from . import config
+from .account_names import ACCOUNTS_DIR, DEFAULT_ACCOUNT, account_dir_name, account_dirs, check_account
 from .data_dir import private_dir
 from .embed.shared import SharedEmbedder
-from .errors import BadRequest, Unavailable
+from .errors import BadRequest, Forbidden, Unavailable
 from .services import Services
 
 log = logging.getLogger("stbme")
 
-ACCOUNTS_DIR = "accounts"
-# ST's account when accounts are off, and its first (admin) account when they are on: the memory that
-# existed before accounts were separated stays its own.
-DEFAULT_ACCOUNT = "default-user"
-MAX_ACCOUNT_CHARS = 200
 # Machine-wide settings: the shared model and the one HTTP server read the default namespace's values.
 OPERATOR_PREFIXES = ("embed.", "server.")
-
-
-def account_dir_name(handle: str) -> str:
-    """A directory name no handle can turn into a path: a readable ASCII slug (ST's handles are already
-    lower-case letters, digits and dashes) plus a hash of the exact handle, so two handles never share
-    a directory and `..`, `/`, NUL or a 10,000-character name stay one harmless name."""
-    slug = re.sub(r"[^a-z0-9_-]+", "-", handle.lower()).strip("-")[:40] or "account"
-    return f"{slug}-{hashlib.sha256(handle.encode('utf-8', 'surrogatepass')).hexdigest()[:20]}"
-
-
-def check_account(handle: str) -> str:
-    if not handle or len(handle) > MAX_ACCOUNT_CHARS or any(ord(c) < 32 or c == "\x7f" for c in handle):
-        raise BadRequest(f"the SillyTavern account name must be 1-{MAX_ACCOUNT_CHARS} printable characters",
-                         field="X-STBME-Account")
-    return handle
 
 
 class AccountSpaces:
@@ -58,7 +36,7 @@ class AccountSpaces:
         self._closed = False
         # Accounts that used the sidecar before (on disk) mean ST runs with accounts: the direct route
         # is refused from then on (api/accounts.py).
-        self._seen = self.dir.is_dir() and any(p.is_dir() for p in self.dir.iterdir())
+        self._seen = bool(account_dirs(root.data_dir))
 
     @property
     def in_use(self) -> bool:
@@ -84,8 +62,16 @@ class AccountSpaces:
         return svc
 
     async def _open_account(self, handle: str) -> Services:
-        path = private_dir(self.dir) / account_dir_name(handle)
+        path = self.dir / account_dir_name(handle)
         first = not path.exists()
+        limit = self.root.settings.get("server.max_accounts")
+        if first and len(account_dirs(self.root.data_dir)) >= limit:
+            # Each account is a database, indexes and a job worker: a local program that may name
+            # accounts must not be able to make the sidecar open them without end.
+            raise Forbidden(f"this sidecar already keeps the memories of {limit} SillyTavern accounts "
+                            f"(server.max_accounts): raise it, or remove accounts that are gone from "
+                            f"{self.dir}", field="X-STBME-Account")
+        path = private_dir(self.dir) / path.name
         # A new account starts from the default namespace's settings (its LLM, its recall tuning): what it
         # used while accounts shared one memory. The embedding and server settings stay the default's.
         root_values = self.root.settings.all(reveal=True)

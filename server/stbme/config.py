@@ -43,6 +43,9 @@ SETTINGS: tuple[Setting, ...] = (
     S("server.max_sync_messages", 2000, "int", "Most messages one sync request may carry.", min=1, max=100000),
     S("server.max_message_chars", 200000, "int", "Longest message text accepted, in characters.",
       min=100, max=10_000_000),
+    S("server.max_accounts", 100, "int",
+      "Most SillyTavern accounts (ST's multi-user mode) this sidecar keeps a memory for; a new account past "
+      "it is refused (403) until one is removed from <data dir>/accounts/.", min=1, max=100000),
     # embeddings
     S("embed.provider", "local", "choice",
       "Embedding model: 'local' (bundled multilingual-e5-small, no network) or 'openai' "

@@ -13,6 +13,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from ..account_names import ACCOUNT_HEADER
 from ..accounts import AccountSpaces
 from ..errors import BadRequest, Forbidden, Unauthorized
 from ..live import PollSessions
@@ -20,7 +21,6 @@ from ..services import Services
 from .keys import account_polls_key, request_polls_key, request_services_key
 from .middleware import is_authorised
 
-ACCOUNT_HEADER = "X-STBME-Account"
 # The extension's connection check stays open (it then shows the refusal of the first real call).
 DIRECT_OPEN_PATHS = ("/health",)
 

@@ -36,7 +36,11 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stbme")
-def main():
+@click.option("--account", metavar="HANDLE", envvar="STBME_ACCOUNT",
+              help="The SillyTavern account (ST's user handle, multi-user mode) whose memory a command reads "
+                   "and writes (env STBME_ACCOUNT); default: ST's default-user.")
+@click.pass_context
+def main(ctx: click.Context, account: str | None):
     """ST-BME Sidecar: long-term memory for SillyTavern roleplay chats.
 
     \b
@@ -48,6 +52,7 @@ def main():
 
     Then install the SillyTavern extension (st_extension/) and point it at the sidecar.
     """
+    ctx.obj = {"account": account}
 
 
 def entry() -> None:

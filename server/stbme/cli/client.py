@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import orjson
 
 from .. import __version__
+from ..account_names import ACCOUNT_HEADER
 from ..errors import StbmeError
 
 TIMEOUT_S = 600.0   # an import embeds its memories before it answers
@@ -32,10 +33,12 @@ class UnexpectedAnswer(StbmeError):
 class Sidecar:
     """JSON over HTTP to one sidecar. `describe` names it in errors ("the sidecar server (pid 12) at …")."""
 
-    def __init__(self, url: str, token: str | None, describe: str, *, timeout_s: float = TIMEOUT_S):
+    def __init__(self, url: str, token: str | None, describe: str, *, timeout_s: float = TIMEOUT_S,
+                 account: str | None = None):
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.token = token
+        self.account = account   # a SillyTavern account's memory, named as the ST server plugin names it
         self.describe = describe
         self.timeout_s = timeout_s
 
@@ -51,6 +54,8 @@ class Sidecar:
             headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        if self.account is not None:
+            headers[ACCOUNT_HEADER] = quote(self.account, safe="")
         import http.client  # noqa: PLC0415 - imported on first use: `stbme --help` needs none of it
 
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)

@@ -15,6 +15,7 @@ import click
 
 from .. import __version__
 from ..wire_limits import check_chat_id
+from ..account_names import ACCOUNTS_DIR, DEFAULT_ACCOUNT, account_dir_name, account_dirs, check_account
 from ..data_dir import DATABASE
 from ..errors import StbmeError
 from .client import Sidecar, chat_path
@@ -58,6 +59,25 @@ def owner_of(data_dir: Path) -> ServerLock | None:
         raise click.ClickException(str(exc)) from None
 
 
+def chosen_account(data_dir: Path, create: bool | None) -> str | None:
+    """`stbme --account`: the SillyTavern account whose memory the command reaches (None: the default
+    namespace). An account the data directory has no memory for is a typo unless the command may create."""
+    ctx = click.get_current_context(silent=True)
+    account = (ctx.find_root().obj or {}).get("account") if ctx is not None else None
+    if account is None or account == DEFAULT_ACCOUNT:
+        return None
+    try:
+        check_account(account, field="--account")
+    except StbmeError as exc:
+        raise click.BadParameter(exc.message, param_hint="--account") from None
+    accounts = Path(data_dir).expanduser() / ACCOUNTS_DIR
+    if not create and not (accounts / account_dir_name(account)).is_dir():
+        hint = "add --create to start its memory" if create is not None else "check the name (ST's user handle)"
+        raise click.ClickException(f"no memory of SillyTavern account {account!r} in {accounts} "
+                                   f"({len(account_dirs(data_dir))} accounts there): {hint}")
+    return account
+
+
 def has_data(data_dir: Path) -> bool:
     return (Path(data_dir).expanduser() / DATABASE).exists()
 
@@ -75,15 +95,17 @@ def run(data_dir: Path, fn: Callable[[Sidecar], Awaitable[T]], *, create: bool |
                 else "`stbme serve` (or `stbme ingest --create`) starts one")
         raise click.ClickException(f"no sidecar data in {data_dir} (no {DATABASE}): check --data-dir or "
                                    f"STBME_DATA_DIR, or {hint}")
+    account = chosen_account(data_dir, create)
 
     async def main():
         if owner is not None:
-            return await fn(Sidecar(owner.url, token_from_env(), owner.describe()))
+            return await fn(Sidecar(owner.url, token_from_env(), owner.describe(), account=account))
         from .local import PrivateSidecar  # noqa: PLC0415 - the whole server, only when none runs
 
         local = PrivateSidecar(data_dir)
         try:
             sidecar = await local.start()
+            sidecar.account = account
             if worker:
                 await local.start_worker()
             return await fn(sidecar)
