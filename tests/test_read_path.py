@@ -368,3 +368,14 @@ def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
         assert edited.term_weights(q) == fresh.term_weights(q)
         assert edited.score_docs(q, list(texts)) == fresh.score_docs(q, list(texts))
     assert before != [edited.search(q, 10) for q in queries]
+
+
+def test_last_tokens_of_a_short_text_is_the_text_itself():
+    from stbme.tokens import last_tokens
+    for text in ("", "Where is the key?", "钥匙藏在哪儿了？", "x" * 64, "word " * 13):
+        for limit in (1, 4, 16, 64, 65, 2048):
+            expected = text if count_tokens(text) <= limit else None
+            got = last_tokens(text, limit)
+            assert count_tokens(got) <= limit
+            if expected is not None:
+                assert got == expected
