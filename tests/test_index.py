@@ -139,3 +139,23 @@ def test_equal_similarities_are_ordered_by_node_id_not_label():
     index = ChatIndex(8, "test")
     index.upsert(["z", "m", "a"], np.vstack([vec, vec, vec]), [1, 1, 1])  # labels in the order z, m, a
     assert [n for n, _ in index.query(vec, 3)] == ["a", "m", "z"]
+
+
+def test_vectors_read_back_follow_every_change():
+    # Recall reads vectors back through a cache: an updated, removed or restored memory never gets an old one.
+    rng = np.random.default_rng(3)
+    index = ChatIndex(8, "test")
+    first = rng.standard_normal((3, 8)).astype(np.float32)
+    index.upsert(["a", "b", "c"], first, [1, 1, 1])
+    before = index.vectors(["a", "b", "c", "a"])
+    assert before.shape == (4, 8) and np.array_equal(before[0], before[3])
+    assert np.allclose(before[:3], first, atol=1e-6)
+    changed = rng.standard_normal((1, 8)).astype(np.float32)
+    index.upsert(["b"], changed, [2])
+    assert np.allclose(index.vectors(["b"])[0], changed[0], atol=1e-6)
+    index.remove(["c"])
+    with pytest.raises(RuntimeError):
+        index.vectors(["c"])
+    index.upsert(["c"], changed, [3])
+    assert np.array_equal(index.vectors(["c"])[0], index.vectors(["b"])[0])
+    assert index.vectors([]).shape == (0, 8)

@@ -332,3 +332,50 @@ def test_an_input_that_names_nothing_rare_borrows_the_rarest_terms_of_the_turns_
     plan = plan_query("导演是谁呢？", ["知道恋恋笔记本这部电影吗？"], now=WED, lang="zh", weights=lookup,
                       borrow_terms=True)
     assert plan.borrowed_names and plan.reference.startswith("导演是谁呢")
+
+
+# -- the read path's shortcuts give what the long way gives -------------------------------------------
+def test_more_tokens_than_agrees_with_counting_the_tokens():
+    from stbme.tokens import more_tokens_than
+    texts = ["", "short", "word " * 30, "word " * 90, "a b c d e f g h i j k", "钥匙藏在哪儿了？" * 20,
+             "..\x1c.." * 40, "x\x1cy " * 40, "\u3000".join(["词"] * 60), "   \n\n  " * 30, "Mara: " + "lantern " * 79,
+             "<|endoftext|> " * 50, "café naïve " * 45, "1234567890" * 30]
+    for text in texts:
+        for limit in (0, 1, 5, 10, 40, 79, 80, 81, 200):
+            assert more_tokens_than(text, limit) == (count_tokens(text) > limit), (text[:20], limit)
+
+
+def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
+    # Document counts and length norms are kept between searches: every edit must drop them.
+    from stbme.index.lexical import LexicalIndex
+    texts = {f"n{i}": f"Mara {'lantern ' * (i % 4)}quay harbour {'storm' if i % 3 else 'bakery'} {i}" for i in range(40)}
+    edited = LexicalIndex()
+    for node_id, text in texts.items():
+        edited.upsert(node_id, text)
+    queries = ["lantern storm", "bakery quay", "Mara harbour lantern"]
+    before = [edited.search(q, 10) for q in queries]
+    edited.term_weights("lantern bakery")
+    for i in range(0, 40, 3):
+        edited.remove(f"n{i}")
+        del texts[f"n{i}"]
+    edited.upsert("n1", "a new bakery by the quay")
+    texts["n1"] = "a new bakery by the quay"
+    fresh = LexicalIndex()
+    for node_id, text in texts.items():
+        fresh.upsert(node_id, text)
+    for q in queries:
+        assert edited.search(q, 10) == fresh.search(q, 10)
+        assert edited.term_weights(q) == fresh.term_weights(q)
+        assert edited.score_docs(q, list(texts)) == fresh.score_docs(q, list(texts))
+    assert before != [edited.search(q, 10) for q in queries]
+
+
+def test_last_tokens_of_a_short_text_is_the_text_itself():
+    from stbme.tokens import last_tokens
+    for text in ("", "Where is the key?", "钥匙藏在哪儿了？", "x" * 64, "word " * 13):
+        for limit in (1, 4, 16, 64, 65, 2048):
+            expected = text if count_tokens(text) <= limit else None
+            got = last_tokens(text, limit)
+            assert count_tokens(got) <= limit
+            if expected is not None:
+                assert got == expected

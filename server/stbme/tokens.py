@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import tiktoken
 
@@ -29,6 +30,26 @@ _CACHED_CHARS = 2000
 @functools.lru_cache(maxsize=8192)
 def _count_cached(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
+
+
+# cl100k_base splits text into pieces before it merges bytes, and no piece holds two runs of non-space
+# characters (its whitespace is only a leading character, a trailing line break, or a piece of its own):
+# a text has at least as many tokens as such runs. The spaces are Unicode's White_Space, as its \s is
+# (Python's str.split also splits at \x1c-\x1f, which the tokenizer does not).
+_RUNS = re.compile("[^\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
+
+
+def more_tokens_than(text: str, limit: int) -> bool:
+    """Whether `text` has more than `limit` cl100k_base tokens: without tokenizing when it has more runs of
+    non-space characters than that (each is one token at least) or fewer bytes (each token is one at least)."""
+    if len(text.encode()) <= limit:
+        return False
+    runs = 0
+    for _ in _RUNS.finditer(text):
+        runs += 1
+        if runs > limit:
+            return True
+    return count_tokens(text) > limit
 
 
 def estimate_tokens(text: str) -> int:
@@ -75,6 +96,8 @@ def last_tokens(text: str, max_tokens: int) -> str:
     `max_tokens * 8` characters are tokenized, so a huge text costs no more than a short one."""
     if max_tokens <= 0:
         return ""
+    if len(text) <= max_tokens and len(text.encode()) <= max_tokens:
+        return text   # a token is at least one byte: it fits without tokenizing (most inputs and turns)
     tail = text[-max_tokens * 8:]
     enc = _encoding()
     ids = enc.encode(tail, disallowed_special=())

@@ -18,6 +18,7 @@ import orjson
 
 META_VERSION = 2
 MIN_CAPACITY = 1000
+READ_BACK_MAX = 4096   # vectors kept read back (1.5 MiB at 384 dimensions float32 per 1,000)
 GROWTH = 1.5
 
 
@@ -42,6 +43,9 @@ class ChatIndex:
         self.rev_of: dict[str, int] = {}       # live nodes only: the node revision indexed
         self.next_label = 0
         self.lock = threading.RLock()
+        # Vectors read back for recall (near-duplicates, exact similarities), by node id: hnswlib hands them
+        # out as Python lists of floats, about 18 us a vector, and the same memories come up recall after recall.
+        self._read_back: dict[str, np.ndarray] = {}
 
     # -- reads ----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -74,8 +78,15 @@ class ChatIndex:
 
     def vectors(self, node_ids: list[str]) -> np.ndarray:
         with self.lock:
-            labels = [self.label_of[n] for n in node_ids]
-            return np.asarray(self._index.get_items(labels), dtype=np.float32)
+            missing = [n for n in dict.fromkeys(node_ids) if n not in self._read_back]
+            if missing:
+                if len(self._read_back) + len(missing) > READ_BACK_MAX:
+                    self._read_back.clear()
+                got = np.asarray(self._index.get_items([self.label_of[n] for n in missing]), dtype=np.float32)
+                self._read_back.update(zip(missing, got))
+            if not node_ids:
+                return np.zeros((0, self.dim), dtype=np.float32)
+            return np.stack([self._read_back[n] for n in node_ids])
 
     # -- writes ---------------------------------------------------------------------------------
     def _ensure_capacity(self, extra: int) -> None:
@@ -102,6 +113,8 @@ class ChatIndex:
                     labels[n] = self.label_of[n]
                     if n not in self.rev_of:  # was removed: bring the slot back
                         self._index.unmark_deleted(labels[n])
+            for n in node_ids:
+                self._read_back.pop(n, None)
             self._index.add_items(vectors, np.asarray([labels[n] for n in node_ids], dtype=np.int64))
             self.next_label = next_label
             for n, rev in zip(node_ids, revs):
@@ -112,6 +125,7 @@ class ChatIndex:
     def remove(self, node_ids: list[str]) -> None:
         with self.lock:
             for n in node_ids:
+                self._read_back.pop(n, None)
                 if n in self.rev_of:
                     self._index.mark_deleted(self.label_of[n])
                     del self.rev_of[n]
@@ -169,6 +183,7 @@ class ChatIndex:
         self.dim, self.embedder_id, self.m = dim, embedder_id, meta["m"]
         self.ef_construction, self.ef_search = meta["ef_construction"], ef_search
         self.lock = threading.RLock()
+        self._read_back = {}
         self._index = hnswlib.Index(space="cosine", dim=dim)
         try:
             self._index.load_index(str(bin_path), max_elements=max(meta["next_label"], MIN_CAPACITY))

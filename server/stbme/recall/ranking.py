@@ -63,6 +63,10 @@ def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, 
         return 1.0 / (1.0 + max(0, length - 1 - seq_to) / 100.0)
 
     raw = {r.name: r.scores for r in rankings}
+    # The lists by kind, picked out once (not per candidate): each candidate's best raw score in each kind.
+    vector_lists = [raw[n] for n in raw if n.startswith("vec")]
+    lexical_lists = [raw[n] for n in raw if n.startswith("lex")]
+    extra_lists = [(name, raw[name]) for name in ("time", "graph", "latest") if name in raw]
     out = {}
     for node_id, fusion in fused.items():
         row = rows.get(node_id)
@@ -74,11 +78,11 @@ def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, 
         if not _has_content(row):
             continue
         parts = {"fusion": fusion, "importance": row["importance"] / 10, "recency": recency(row["seq_to"]),
-                 "vector": max((raw[n].get(node_id, 0.0) for n in raw if n.startswith("vec")), default=0.0),
-                 "lexical": max((raw[n].get(node_id, 0.0) for n in raw if n.startswith("lex")), default=0.0)}
-        for name in ("time", "graph", "latest"):
-            if name in raw and node_id in raw[name]:
-                parts[name] = raw[name][node_id]
+                 "vector": max([s.get(node_id, 0.0) for s in vector_lists], default=0.0),
+                 "lexical": max([s.get(node_id, 0.0) for s in lexical_lists], default=0.0)}
+        for name, listed in extra_lists:
+            if node_id in listed:
+                parts[name] = listed[node_id]
         score = (fusion + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * row["weight"])
         out[node_id] = (score, parts)
     return out

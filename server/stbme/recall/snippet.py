@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..tokens import count_tokens, estimate_tokens
+from ..tokens import estimate_tokens, more_tokens_than
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？…])[\"'”’」』)）*]*\s*|\n+")  # closing quotes and asterisks stay
 GAP = " … "
@@ -38,10 +38,7 @@ def _sentences(text: str) -> tuple[str, ...]:
 def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     """`text` when it fits `max_tokens` or shares no weighted word; else its best sentences (each with the
     next one) in story order, gaps marked, within about `max_tokens` (the caller still caps the line)."""
-    # A token is at least one byte: a text of no more bytes than max_tokens fits without counting.
-    if max_tokens <= 0 or not weights or len(text.encode()) <= max_tokens:
-        return text
-    if count_tokens(text) <= max_tokens:
+    if max_tokens <= 0 or not weights or not more_tokens_than(text, max_tokens):
         return text
     parts = sentences(text)
     scored = []
