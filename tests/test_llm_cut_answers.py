@@ -60,6 +60,21 @@ async def test_a_cut_answer_without_a_whole_operation_falls_back(llm_sc, fake):
     assert warnings and "got memories without it" in warnings[0], warnings
 
 
+async def test_a_retry_that_fails_outright_keeps_what_the_cut_answer_had(llm_sc, fake):
+    fake.overrides["extract"] = {"operations": [event("Elena hides the key"),
+                                                event("A long account " + "of the tower " * 150)]}
+    fake.truncate = 1
+
+    async def fail_the_retries(task):
+        if len(fake.calls) >= 2:  # the retry meets a server error (every HTTP retry too)
+            fake.statuses = [500] * 100
+
+    fake.before_answer = fail_the_retries
+    snap, warnings = await run(llm_sc, "c")
+    assert summaries(snap) == ["Elena hides the key"]
+    assert any("1 complete items" in w for w in warnings), warnings
+
+
 async def test_an_answer_cut_once_is_asked_again_not_salvaged(llm_sc, fake):
     fake.overrides["extract"] = {"operations": [event("Elena hides the key"),
                                                 event("A long account " + "of the tower " * 150)]}

@@ -113,7 +113,14 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
     why = ""
     best_cut: list[dict] = []
     for attempt in range(retries + 1):
-        result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens)
+        try:
+            result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens)
+        except LLMError:
+            if not best_cut:
+                raise
+            # A retry that fails outright (the longer retry prompt can pass a small model's context, the
+            # server can fall over): the cut answer already read is still the model's answer.
+            break
         total += result.usage
         try:
             if result.truncated:
@@ -146,7 +153,8 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
                 {"role": "user", "content": reminder},
             ]
     if best_cut:
-        log.info("LLM %s answer cut off in every attempt: keeping its %d complete items", task, len(best_cut))
+        log.info("LLM %s answer cut off (no whole answer came back): keeping its %d complete items", task,
+                 len(best_cut))
         client.usage.add(task + ":salvaged", 0, 0)
         total.salvaged = len(best_cut)
         return {salvage: best_cut}, total

@@ -146,7 +146,7 @@ class LLMStage(BaseStage):
         stats += usage
         if usage.salvaged:
             self.live.notice("warning", f"the memory LLM's {task} answer for messages {ctx.start}-{ctx.end} was cut "
-                             f"off at its token limit in every attempt; its {usage.salvaged} complete items were "
+                             f"off at its token limit and no retry came back whole; its {usage.salvaged} complete items were "
                              "kept and the rest was dropped (raise llm.max_tokens, or lower extract.every)",
                              ctx.chat_id)
         return value, usage
