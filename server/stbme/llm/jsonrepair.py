@@ -81,6 +81,32 @@ class TruncatedJSON(JSONRepairError):
     """The answer's JSON is cut off before it ends."""
 
 
+def _value_end(text: str, i: int) -> tuple[int, bool]:
+    """Where the { or [ at `i` closes (strings respected): its index, or the first mismatched bracket's; and
+    whether the text ended with the value still open (cut off)."""
+    stack, in_str, j, n = [], False, i, len(text)
+    while j < n:
+        ch = text[j]
+        if in_str:
+            if ch == "\\":
+                j += 2
+                continue
+            if ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack[-1] != ch:
+                break
+            stack.pop()
+            if not stack:
+                break
+        j += 1
+    return j, bool(stack) and j >= n
+
+
 def _balanced_spans(text: str) -> tuple[list[str], bool]:
     """Candidate JSON values: from each top-level { or [ to its matching close (strings respected),
     longest first; and whether a value was left open at the end of the text (cut off)."""
@@ -90,27 +116,8 @@ def _balanced_spans(text: str) -> tuple[list[str], bool]:
         if text[i] not in "{[":
             i += 1
             continue
-        stack, in_str, j = [], False, i
-        while j < n:
-            ch = text[j]
-            if in_str:
-                if ch == "\\":
-                    j += 2
-                    continue
-                if ch == '"':
-                    in_str = False
-            elif ch == '"':
-                in_str = True
-            elif ch in "{[":
-                stack.append("}" if ch == "{" else "]")
-            elif ch in "}]":
-                if not stack or stack[-1] != ch:
-                    break
-                stack.pop()
-                if not stack:
-                    break
-            j += 1
-        if stack and j >= n:  # the text ends inside this value
+        j, open_at_end = _value_end(text, i)
+        if open_at_end:  # the text ends inside this value
             cut_off = True
             break
         spans.append(text[i:j + 1])
@@ -135,3 +142,45 @@ def parse_json(text: str) -> Any:
             if isinstance(value, (dict, list)):
                 return value
     raise JSONRepairError(f"no JSON object in the answer: {text[:160]!r}")
+
+
+def salvage_items(text: str, key: str | None = None) -> list[dict]:
+    """The complete objects of the first list in a cut-off answer: `{"operations": [{..}, {..}, {..` gives the
+    first two (with `key`, an outer object's list must be that key's value). Only an object whose closing brace
+    was written is kept, never the half one the answer stopped in, and the scan stops at the first element that
+    does not parse, so nothing after a damaged spot is kept. The caller decides whether that is safe: it is for
+    lists of operations or decisions, where each item stands alone."""
+    if not isinstance(text, str):
+        return []
+    text = _REASONING.sub("", text.strip().lstrip("\ufeff"))
+    start = text.find("[")
+    brace = text.find("{")
+    if start < 0:
+        return []
+    if 0 <= brace < start:  # the list must be the outer object's value, not one nested in an operation
+        if text.count("{", brace, start) != 1 or (key and f'"{key}"' not in text[brace:start]):
+            return []
+    items: list[dict] = []
+    i, n = start + 1, len(text)
+    while i < n:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] != "{":
+            break  # the list ended, or holds something other than objects
+        j, open_at_end = _value_end(text, i)
+        if open_at_end or j >= n:  # the answer stops inside this object: it is the half one, dropped
+            break
+        chunk = text[i:j + 1]
+        for variant in (chunk, _scan_fix(chunk)):
+            try:
+                value = _loads(variant)
+            except orjson.JSONDecodeError:
+                continue
+            break
+        else:
+            break
+        if not isinstance(value, dict):
+            break
+        items.append(value)
+        i = j + 1
+    return items

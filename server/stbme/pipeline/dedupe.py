@@ -51,7 +51,8 @@ class DedupeStage(LLMStage):
         if not asked:
             return
         try:
-            value, _ = await self.ask(ctx, "dedupe", "\n".join(lines), language=ctx.data.get("language", "en"))
+            value, _ = await self.ask(ctx, "dedupe", "\n".join(lines), language=ctx.data.get("language", "en"),
+                                      salvage="decisions")
         except LLMError as exc:
             self.skip(ctx, exc, "duplicate check")
             return

@@ -219,7 +219,8 @@ class EvolveStage(LLMStage):
         if not shown:
             return
         try:
-            value, _ = await self.ask(ctx, "evolve", "\n".join(lines), language=ctx.data.get("language", "en"))
+            value, _ = await self.ask(ctx, "evolve", "\n".join(lines), language=ctx.data.get("language", "en"),
+                                      salvage="results")
         except LLMError as exc:
             self.skip(ctx, exc, "memory evolution")
             return

@@ -142,7 +142,8 @@ class ExtractStage(LLMStage):
         evolve = ctx.setting("evolve.enabled") and ctx.setting("evolve.mode") == "with_extraction"
         value, _ = await self.ask(ctx, "extract", "\n".join(parts), language=language,
                                   retries=ctx.setting("llm.json_retries") + 1,
-                                  appendix=SCHEMA_APPENDIX + ("\n" + EVOLVE_WITH_EXTRACTION if evolve else ""))
+                                  appendix=SCHEMA_APPENDIX + ("\n" + EVOLVE_WITH_EXTRACTION if evolve else ""),
+                                  salvage="operations")
         ops = parse_operations(value)
         if not evolve:
             for op in ops:

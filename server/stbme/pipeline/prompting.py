@@ -134,15 +134,21 @@ class LLMStage(BaseStage):
         self.live = live
 
     async def ask(self, ctx: BatchContext, task: str, user: str, *, language: str, retries: int | None = None,
-                  max_tokens: int | None = None, appendix: str = "") -> tuple[Any, Usage]:
-        """One JSON task: system prompt (override-aware, with a fixed appendix), user content, repair, retry."""
+                  max_tokens: int | None = None, appendix: str = "", salvage: str | None = None) -> tuple[Any, Usage]:
+        """One JSON task: system prompt (override-aware, with a fixed appendix), user content, repair, retry;
+        `salvage` (a list task's key) keeps the whole items of an answer cut off in every attempt."""
         messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language, appendix)},
                     {"role": "user", "content": user}]
         retries = ctx.setting("llm.json_retries") if retries is None else retries
         value, usage = await complete_json(self.llm, messages, task=task, retries=retries,
-                                           max_tokens=max_tokens, expect=(dict, list))
+                                           max_tokens=max_tokens, expect=(dict, list), salvage=salvage)
         stats = ctx.data.setdefault("llm_usage", Usage())
         stats += usage
+        if usage.salvaged:
+            self.live.notice("warning", f"the memory LLM's {task} answer for messages {ctx.start}-{ctx.end} was cut "
+                             f"off at its token limit and no retry came back whole; its {usage.salvaged} complete items were "
+                             "kept and the rest was dropped (raise llm.max_tokens, or lower extract.every)",
+                             ctx.chat_id)
         return value, usage
 
     async def nearest(self, ctx: BatchContext, vector: np.ndarray, k: int, *, exclude: Iterable[str] = (),
