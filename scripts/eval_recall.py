@@ -74,6 +74,9 @@ READ_ABLATIONS = {
     "no near-dup drop (DUPLICATE_SIMILARITY 1)": ("tuning", {"DUPLICATE_SIMILARITY": 1.0}),
     "long input: the 4 recent turns and the question as one input": ("query", "long"),
 }
+# The product's own single rankings: the issue's bar compares the fused ranking with each, so they run on
+# every chat of the run (both halves of a public set), not only on the part the ablations use.
+SINGLE_SIDES = ("keywords only (VECTOR_WEIGHT 0)", "vectors only (LEXICAL_WEIGHT 0)")
 NO_DIRECTIVES = "no directives (dna.signals false)"
 WRITE_ABLATIONS = {
     NO_DIRECTIVES: {"dna.signals": False},
@@ -113,10 +116,12 @@ def write_suffix(values: dict) -> str:
 
 
 async def read_ablations(product, chats: list[dict], *, suffix: str, budget: int, defaults: dict,
-                         label: str, variants: dict, details: dict, only: tuple[str, ...] = ()) -> None:
-    """Each read-path stage off in turn: a global setting for one pass, then back to its default; a named
-    constant with the server restarted under STBME_RECALL_TUNING, then restarted without it."""
-    for name, (kind, values) in READ_ABLATIONS.items():
+                         label: str, variants: dict, details: dict, only: tuple[str, ...] = (),
+                         names=tuple(READ_ABLATIONS)) -> None:
+    """Each read-path stage of `names` off in turn: a global setting for one pass, then back to its default;
+    a named constant with the server restarted under STBME_RECALL_TUNING, then restarted without it."""
+    for name in names:
+        kind, values = READ_ABLATIONS[name]
         if only and not any(o.lower() in name.lower() for o in only):
             continue
         log(f"ablation{label}: {name}")
@@ -206,10 +211,16 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
             variants[PRODUCT] = await product_outcomes(client, chats, suffix="", budget=budget,
                                                        details=details[PRODUCT])
             timings["product recall"] = time.monotonic() - started
+            if args["sides"]:
+                started = time.monotonic()
+                await read_ablations(product, chats, suffix="", budget=budget, defaults=defaults, label="",
+                                     variants=variants, details=details, names=SINGLE_SIDES)
+                timings["single sides"] = time.monotonic() - started
             if args["ablations"]:
                 started = time.monotonic()
+                rest = [n for n in READ_ABLATIONS if not (args["sides"] and n in SINGLE_SIDES)]
                 await read_ablations(product, args["ablation_chats"], suffix="", budget=budget, defaults=defaults,
-                                     label="", variants=variants, details=details, only=args["only"])
+                                     label="", variants=variants, details=details, only=args["only"], names=rest)
                 timings["read ablations"] = time.monotonic() - started
             if args["ablations"] and args["write_ablations"]:
                 client = product.client
@@ -276,6 +287,8 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.option("--setting", "settings", type=(str, str), multiple=True,
               help="Product setting for the whole run, VALUE as JSON (repeatable), as for `stbme serve`.")
 @click.option("--no-ablations", is_flag=True, help="Skip the ablation passes.")
+@click.option("--no-sides", is_flag=True,
+              help="Skip the product's keyword-only and vector-only passes (run on every chat otherwise).")
 @click.option("--only", "only", multiple=True, help="Only the ablations whose name contains this (repeatable).")
 @click.option("--no-vectors", is_flag=True, help="Skip the e5 baseline and the fusion (no model work here).")
 @click.option("--no-bare-vectors", is_flag=True,
@@ -291,7 +304,7 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
               help="Print this many questions BM25 answers and the product misses.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write every per-question result here.")
-def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only, no_vectors, no_bare_vectors,
+def main(set_path, public, split, quick, chat_ids, settings, no_ablations, no_sides, only, no_vectors, no_bare_vectors,
          ablation_split, data_dir, keep, cache_dir, n_examples, json_path):
     """Evaluate recall of the product against baselines on the generated roleplay set or public sets."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
@@ -317,6 +330,7 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, only,
     timings: dict[str, float] = {}
     # A write-path ablation ingests every chat again: on the public sets (no directives to switch off) it is left out.
     args = {"data_dir": data_dir, "keep": keep, "settings": parse_settings(settings), "ablations": not no_ablations,
+            "sides": not no_sides,
             "write_ablations": not public, "only": only,
             "ablation_chats": [c for c in chats if not public or ablation_split == "both" or c["split"] == ablation_split]}
     variants, on_no_directives, details = asyncio.run(run_product(args, chats, timings))

@@ -379,3 +379,16 @@ def test_last_tokens_of_a_short_text_is_the_text_itself():
             assert count_tokens(got) <= limit
             if expected is not None:
                 assert got == expected
+
+
+def test_an_input_that_says_it_refers_back_borrows_even_with_a_rare_term_of_its_own():
+    from stbme.recall.query import rare_terms_of_recent
+
+    # 费吗 (a bigram of the question itself) is as rare as the park's name: 它 says the input leans back.
+    weights = {"香山": 4.7, "山公": 5.3, "公园": 3.6, "费吗": 6.0, "收费": 3.0}
+    lookup = lambda text: {t: w for t, w in weights.items() if t in text}  # noqa: E731
+    recent = ["而且香山公园内林木繁茂。"]
+    assert rare_terms_of_recent("收费吗？", recent, lookup) == []
+    assert rare_terms_of_recent("那它收费吗？", recent, lookup, leans_back=True)[:2] == ["山公", "香山"]
+    plan = plan_query("那它收费吗？", recent, now=WED, lang="zh", weights=lookup, borrow_terms=True)
+    assert "香山" in plan.borrowed_names and plan.reference.startswith("那它收费吗")

@@ -87,16 +87,19 @@ def refers_back(text: str) -> bool:
     return any(p in text for p in _PRONOUNS_ZH) and not candidate_names(text)
 
 
-def rare_terms_of_recent(cleaned: str, recent: list[str], weights: Callable[[str], dict[str, float]]) -> list[str]:
+def rare_terms_of_recent(cleaned: str, recent: list[str], weights: Callable[[str], dict[str, float]],
+                         leans_back: bool = False) -> list[str]:
     """For an input that names nothing as rare as the turns before it do ("导演是谁呢？" after three turns about
-    《恋恋笔记本》, "and what did he do then?"): the rarest terms of those turns, which it leans on."""
+    《恋恋笔记本》, "and what did he do then?"): the rarest terms of those turns, which it leans on.
+    `leans_back` (the input says it refers back, 它 or "there", and no name was found to lend): borrow even
+    when it has a rare term of its own; in Chinese a bigram of the question ("费吗") is as rare as a name."""
     own = weights(cleaned)
     theirs: dict[str, float] = {}
     for turn in recent:
         for term, weight in weights(clean_input(turn)).items():
             theirs[term] = max(weight, theirs.get(term, 0.0))
     top = [t for t in sorted(theirs, key=lambda t: (-theirs[t], t)) if t not in own][:BORROWED_TERMS]
-    if not top or theirs[top[0]] <= max(own.values(), default=0.0):
+    if not top or (not leans_back and theirs[top[0]] <= max(own.values(), default=0.0)):
         return []   # the input names something as rare itself: it needs nothing borrowed
     return top
 
@@ -109,10 +112,11 @@ def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
     `borrow_terms` for the rare terms of the recent turns an input leans on)."""
     cleaned = clean_input(text)
     borrowed: list[str] = []
-    if cleaned and recent and refers_back(cleaned):
+    leans_back = bool(cleaned and recent and refers_back(cleaned))
+    if leans_back:
         borrowed = sorted(candidate_names(clean_input(recent[0])))[:3]
     if cleaned and recent and not borrowed and borrow_terms and weights is not None:
-        borrowed = rare_terms_of_recent(cleaned, recent, weights)
+        borrowed = rare_terms_of_recent(cleaned, recent, weights, leans_back=leans_back)
     when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
     topic = when.topic if when is not None and when.topic.strip() else cleaned
     parts = salient_windows(topic, weights) if count_tokens(topic) > LONG_INPUT_TOKENS else split_parts(topic)

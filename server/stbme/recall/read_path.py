@@ -43,7 +43,6 @@ CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
 # The user's directives are in every block, whatever was asked: being shown is no use of them. They are used
 # when the user says them again (dna/stage.py), and the DNA strategies reinforce and decay them from that.
 DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == "directives")
-REFERENCE_SHARE = 0.5  # weight of the keyword list with names borrowed from the last turn, of the input's
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
@@ -220,13 +219,13 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         if vectors and hnsw is not None:
             rankings.append(Ranking(f"vec{i}", w_vec, *_split(hnsw.query(vectors[i], k))))
     if plan.reference:
-        rankings.append(Ranking("lexref", w_lex * REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
+        rankings.append(Ranking("lexref", w_lex * tuning.REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
         recent = _recent_texts(q, settings)
         if tuning.VECTOR_REFERENCE and vectors and hnsw is not None and recent:
             # The input leans on the last turn: that turn and the input, embedded together, as one more list.
             try:
                 ref_vec = (await _embed_parts(embeddings, [f"{recent[0]} {plan.text}"], max_tokens))[0]
-                rankings.append(Ranking("vecref", w_vec * REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
+                rankings.append(Ranking("vecref", w_vec * tuning.REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
             except EmbedError:
                 pass
     topic_vec = vectors[0] if len(vectors) == 1 else (

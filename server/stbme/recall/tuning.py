@@ -26,9 +26,9 @@ NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share o
 #   next_same   the same speaker's next message (a thought written over two messages)
 NEIGHBOUR_KINDS = ("prev_reply", "next_reply", "next_same")
 BORROW_RARE_TERMS = True     # an input that names nothing rare is also searched with the recent turns' rarest terms
-# ... and, embedded with the last turn, as one more vector list (REFERENCE_SHARE weight). Off: that text is
-# ~290 tokens, 155 ms of the bundled model on every recall (the input alone: 35 ms), 2/3 of the extension's
-# request, for +1.4 R@10 on 151 Chinese questions (two questions) and nothing on English.
+REFERENCE_SHARE = 0.5        # ... as a keyword list of its own, at this share of the keyword weight
+# ... and, embedded with the last turn, as one more vector list: off, it costs ~155 ms a recall (a second,
+# ~290-token query embedding) for +1.4 R@10 on 151 Chinese questions and nothing on English.
 VECTOR_REFERENCE = False
 IMPORTANCE_WEIGHT = 0.15     # importance (0-10) in the final score
 RECENCY_WEIGHT = 0.1         # recency (message position) in the final score
