@@ -245,16 +245,22 @@ def test_account_dir_name_is_one_safe_component():
         assert Path(name).name == name and name not in (".", "..") and len(name) <= 61
 
 
-async def test_accounts_on_a_running_stbme_serve(tmp_path):
-    """The attack on a real `stbme serve`: Bob's plugin requests and Alice's page cannot reach Alice's chat."""
+def served_without_a_model(tmp_path: Path) -> Path:
+    """A data directory for a `stbme serve` subprocess that loads no model (embeddings unavailable)."""
     from stbme.store import Store
     from stbme.store.settings import save_settings
 
     data = tmp_path / "served"
     data.mkdir()
-    store = Store.open(data / "stbme.sqlite3")   # no model to load in the subprocess: embeddings unavailable
+    store = Store.open(data / "stbme.sqlite3")
     store.write_sync(lambda conn: save_settings(conn, {"embed.provider": "openai", "embed.openai_url": ""}))
     store.close()
+    return data
+
+
+async def test_accounts_on_a_running_stbme_serve(tmp_path):
+    """The attack on a real `stbme serve`: Bob's plugin requests and Alice's page cannot reach Alice's chat."""
+    data = served_without_a_model(tmp_path)
     with serve_process(data, stop_timeout=10) as base:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DEADLINE_S)) as http:
             for handle, count in (("alice", 3), ("bob", 2)):
@@ -330,14 +336,7 @@ def test_the_cli_reads_and_writes_one_accounts_memory(tmp_path):
 
 
 async def test_the_cli_names_the_account_to_a_running_server(tmp_path):
-    data = tmp_path / "served"
-    data.mkdir()
-    from stbme.store import Store
-    from stbme.store.settings import save_settings
-
-    store = Store.open(data / "stbme.sqlite3")   # no model to load in the subprocess: embeddings unavailable
-    store.write_sync(lambda conn: save_settings(conn, {"embed.provider": "openai", "embed.openai_url": ""}))
-    store.close()
+    data = served_without_a_model(tmp_path)
     with serve_process(data, stop_timeout=10) as base:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DEADLINE_S)) as http:
             async with http.post(base + url(CHAT, "/sync"), headers=as_account("alice"),
