@@ -96,7 +96,7 @@ def last_tokens(text: str, max_tokens: int) -> str:
     `max_tokens * 8` characters are tokenized, so a huge text costs no more than a short one."""
     if max_tokens <= 0:
         return ""
-    if len(text) <= max_tokens and len(text.encode()) <= max_tokens:
+    if len(text.encode()) <= max_tokens:
         return text   # a token is at least one byte: it fits without tokenizing (most inputs and turns)
     tail = text[-max_tokens * 8:]
     enc = _encoding()

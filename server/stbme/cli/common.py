@@ -74,7 +74,7 @@ def chosen_account(data_dir: Path, create: bool | None) -> str | None:
     if not create and not (accounts / account_dir_name(account)).is_dir():
         hint = "add --create to start its memory" if create is not None else "check the name (ST's user handle)"
         raise click.ClickException(f"no memory of SillyTavern account {account!r} in {accounts} "
-                                   f"({len(account_dirs(data_dir))} accounts there): {hint}")
+                                   f"({len(account_dirs(Path(data_dir).expanduser()))} accounts there): {hint}")
     return account
 
 

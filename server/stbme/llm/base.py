@@ -97,6 +97,11 @@ def measure(meter: UsageMeter, task: str, messages: list[dict], text: str, *, fa
     return usage
 
 
+async def _scan(fn, text: str, *args):
+    """`fn(text, *args)`: the JSON repairs scan the text in Python, so a long answer is read off the event loop."""
+    return fn(text, *args) if len(text) < REPAIR_INLINE_CHARS else await asyncio.to_thread(fn, text, *args)
+
+
 async def complete_json(client: LLMClient, messages: list[dict], *, task: str, retries: int = 1,
                         max_tokens: int | None = None, expect: type | tuple = (dict, list),
                         salvage: str | None = None) -> tuple[Any, Usage]:
@@ -125,9 +130,7 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
         try:
             if result.truncated:
                 raise TruncatedJSON("the API stopped the answer at its token limit (finish_reason: length)")
-            # The repair scans the text in Python: a long answer is read off the event loop.
-            value = parse_json(result.text) if len(result.text) < REPAIR_INLINE_CHARS \
-                else await asyncio.to_thread(parse_json, result.text)
+            value = await _scan(parse_json, result.text)
             if not isinstance(value, expect):
                 raise JSONRepairError(f"expected a JSON {'object' if expect is dict else 'value'}, "
                                       f"got {type(value).__name__}")
@@ -139,8 +142,7 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
             if isinstance(exc, TruncatedJSON):
                 total.cut_off += 1
                 if salvage:
-                    items = salvage_items(result.text, salvage) if len(result.text) < REPAIR_INLINE_CHARS \
-                        else await asyncio.to_thread(salvage_items, result.text, salvage)
+                    items = await _scan(salvage_items, result.text, salvage)
                     if len(items) > len(best_cut):
                         best_cut = items
             reminder = STRICT_JSON_REMINDER.format(why=why[:200])
