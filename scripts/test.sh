@@ -30,7 +30,9 @@ run_suite() {
   echo "== $name" >&2
   "$@" || failed+=("$name")
 }
-run_suite "python tests" .venv/bin/python -m pytest -q "$@"
+# Four workers, each test file on one (module fixtures stay shared): on a busy 2-core machine, four
+# processes get four shares of the CPU instead of one. STBME_TEST_WORKERS=0 runs them in this process.
+run_suite "python tests" .venv/bin/python -m pytest -q -n "${STBME_TEST_WORKERS:-4}" --dist loadfile "$@"
 run_suite "extension unit tests" bash -c 'cd tests/js && node --test unit/'
 run_suite "extension end-to-end tests (headless Chromium + real sidecar)" \
   bash -c 'cd tests/js && STBME_PYTHON="$PWD/../../.venv/bin/python" node --test --test-concurrency=1 e2e/'

@@ -9,12 +9,16 @@ import hashlib
 import inspect
 import json
 import os
+import re
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 import hnswlib
 import numpy as np
@@ -227,42 +231,78 @@ def one_line_error(result) -> str:
 
 
 def free_port() -> int:
+    """A port nothing listens on right now. Only for addresses that must NOT answer: a server a test
+    starts takes `--port 0` (StbmeProcess), because another worker's connection can take a probed port
+    before the server binds it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20, log_path=None, args=()):
-    """`stbme serve` (or `stbme hub`) as a subprocess on a free port over `data_dir`: yields its base URL
-    once /health answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`). `log_path`: its stderr
-    (the log) goes to that file; `args`: more command-line arguments."""
-    port = free_port()
-    log_file = open(log_path, "w") if log_path else None
-    proc = subprocess.Popen([sys.executable, "-m", "stbme", command, "--port", str(port), "--data-dir", str(data_dir),
-                             *args], env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
-                            stderr=log_file or subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+BANNER_URL = re.compile(r" on (http://\S+?:\d+)\s")
 
-    def answers():
+
+class StbmeProcess:
+    """`stbme serve` (or `stbme hub`) as a subprocess on `--port 0`: the OS picks a port the server holds
+    from its first moment, and the URL comes from the banner in its log (stderr, to `log_path` or a
+    temporary file). `url_or_none()` is for callers with their own /health check (inside an event loop);
+    `wait_ready()` waits for /health from outside one."""
+
+    def __init__(self, data_dir, *, command: str = "serve", args=(), env=None, log_path=None):
+        self.command = command
+        self._own_log = log_path is None
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="stbme-", suffix=".log")[1])
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "stbme", command, "--port", "0", "--data-dir",
+                                      str(data_dir), *args], env=env or {**os.environ, "PYTHONUNBUFFERED": "1"},
+                                     stdout=subprocess.DEVNULL, stderr=self._log, text=True)
+        self.url = ""
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def url_or_none(self) -> str | None:
+        """The server's URL once its banner is out; RuntimeError (with the log's end) if it exited."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"stbme {self.command} exited ({self.proc.returncode}): {self.log()[-3000:]}")
+        if not self.url:
+            match = BANNER_URL.search(self.log())
+            self.url = match[1] if match else ""
+        return self.url or None
+
+    def answers(self) -> bool:
+        if not self.url_or_none():
+            return False
         try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as resp:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
                 return resp.status == 200
         except OSError:
-            if proc.poll() is not None:
-                log = proc.stderr.read() if proc.stderr else open(log_path).read()
-                raise RuntimeError(f"stbme {command} exited: " + log) from None
             return False
 
-    try:
-        wait_for_sync(answers, f"stbme {command} to answer /health", timeout=120)
-        yield base
-    finally:
-        proc.terminate()
+    def wait_ready(self, timeout: float = 120) -> str:
+        wait_for_sync(self.answers, f"stbme {self.command} to answer /health", timeout=timeout)
+        return self.url
+
+    def stop(self, timeout: float = 20, sig=signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
         try:
-            proc.wait(timeout=stop_timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=DEADLINE_S)
-        if log_file:
-            log_file.close()
+            self.proc.kill()
+            self.proc.wait(timeout=DEADLINE_S)
+        self._log.close()
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20, log_path=None, args=()):
+    """`stbme serve` (or `stbme hub`) as a subprocess over `data_dir`: yields its base URL once /health
+    answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`). `log_path`: its stderr (the log) goes
+    to that file; `args`: more command-line arguments."""
+    server = StbmeProcess(data_dir, command=command, args=args, log_path=log_path)
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop(stop_timeout)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
-from conftest import HashEmbedder, full_sync, settle
+from conftest import HashEmbedder, free_port, full_sync, settle
 from stbme.api.app import create_app
 from stbme.api.keys import services_key
 from stbme.api.hub import create_hub_app
@@ -23,12 +21,6 @@ async def sidecar_client(aiohttp_client, path, hub_url, node_id, token=TOKEN):
     app = create_app(path, embedder=HashEmbedder(), cli_settings={
         "network.enabled": True, "network.hub_url": hub_url, "network.node_id": node_id, "network.token": token})
     return await aiohttp_client(app)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_two_sidecars_share_genes_and_capsules(hub, aiohttp_client, tmp_path):

@@ -10,7 +10,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
-from conftest import DEADLINE_S, full_sync, sync_body, wait_for
+from conftest import DEADLINE_S, StbmeProcess, full_sync, sync_body, wait_for
 from fake_openai import FakeOpenAI
 from llm_fixtures import PER_MESSAGE, fake, llm_sc, llm_settings  # noqa: F401
 from stbme.llm.base import LLMError
@@ -141,34 +140,32 @@ async def test_a_failure_after_the_commit_marks_the_batch_for_redo(llm_sc, fake)
 
 
 # -- a real process killed -------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Sidecar:
     """`stbme serve` on a data dir, against the fake server for both the LLM and the embeddings."""
 
     def __init__(self, data_dir, fake_url: str):
         self.data_dir, self.fake_url = data_dir, fake_url
-        self.proc: subprocess.Popen | None = None
+        self.server: StbmeProcess | None = None
         self.url = ""
 
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.server.proc
+
     async def start(self) -> None:
-        port = free_port()
+        if self.server is not None:
+            self.server.stop()  # a restart: the killed process's log file goes with it
         settings = {"llm.mode": "openai", "llm.url": self.fake_url, "llm.model": "fake", "llm.retries": 1,
                     "llm.timeout_s": 5, "embed.provider": "openai", "embed.openai_url": self.fake_url,
                     "embed.openai_model": "fake", **PER_MESSAGE, **MAINTAIN_OFTEN}
         args = [a for name, value in settings.items() for a in ("--setting", name, str(value).lower()
                                                                  if isinstance(value, bool) else str(value))]
-        self.proc = subprocess.Popen([sys.executable, "-m", "stbme", "serve", "--port", str(port), "--data-dir",
-                                      str(self.data_dir), "--log-level", "warning", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{port}"
+        self.server = StbmeProcess(self.data_dir, args=["--log-level", "warning", *args])
 
-        async def answers():
-            assert self.proc.poll() is None, "stbme serve exited"
+        async def answers():  # aiohttp, not urllib: the fake LLM server runs on this event loop
+            if not self.server.url_or_none():
+                return False
+            self.url = self.server.url
             try:
                 async with aiohttp.ClientSession() as s, s.get(self.url + "/health") as resp:
                     return resp.status == 200
@@ -197,8 +194,7 @@ class Sidecar:
         await wait_for(done, f"chat {chat_id!r} to be processed", timeout=2 * DEADLINE_S, interval=0.1)
 
     def stop(self, sig=signal.SIGTERM) -> None:
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=DEADLINE_S)
+        self.server.stop(DEADLINE_S, sig)
 
 
 @pytest.mark.parametrize("sig, at_call", [(signal.SIGKILL, 2), (signal.SIGKILL, 5), (signal.SIGTERM, 3),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import DEADLINE_S, wait_for_sync
+from conftest import DEADLINE_S, StbmeProcess, free_port
 
 from stbme.cli import main
 from stbme.cli.owner import LOCK_NAME, Owned, ServerLock, claim, find_owner, pid_alive, read_lock, release
@@ -31,12 +30,6 @@ def run(*args, env: dict | None = None, expect: int = 0):
     assert result.exit_code == expect, (result.exit_code, result.stdout, result.stderr, result.exception)
     assert "Traceback" not in result.output
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dead_pid() -> int:
@@ -153,22 +146,11 @@ class Server:
 
     def __init__(self, data_dir: Path, token: str | None = None):
         self.data_dir, self.token = data_dir, token
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "stbme", "serve", "--port", str(self.port), "--data-dir", str(data_dir)]
         env = {k: v for k, v in os.environ.items() if k != "STBME_TOKEN"}
-        if token:
-            args += ["--token", token]
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        wait_for_sync(self.answers, "stbme serve to answer", timeout=DEADLINE_S)
-
-    def answers(self) -> bool:
-        assert self.proc.poll() is None, f"stbme serve exited: {self.proc.stderr.read()[-2000:]}"
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
+        self.process = StbmeProcess(data_dir, args=["--token", token] if token else [], env=env)
+        self.proc = self.process.proc
+        self.url = self.process.wait_ready(DEADLINE_S)
+        self.port = int(self.url.rsplit(":", 1)[1])
 
     def get(self, path: str) -> dict:
         request = urllib.request.Request(self.url + path)
@@ -178,9 +160,7 @@ class Server:
             return json.loads(resp.read())
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=DEADLINE_S)
+        self.process.stop(DEADLINE_S)
 
 
 @pytest.fixture(scope="module")

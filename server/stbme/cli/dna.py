@@ -354,8 +354,14 @@ def hub_command(host, port, data_dir, token):
     from aiohttp import web
 
     from ..api.hub import create_hub_app
+    from .listen import listen
 
     if not is_loopback(host) and not token:
         raise click.ClickException(f"binding the hub to {host} needs --token (or STBME_HUB_TOKEN)")
-    click.echo(f"ST-BME DNA hub on http://{host}:{port}  (data: {data_dir})", err=True)
-    web.run_app(create_hub_app(data_dir, token=token or ""), host=host, port=port, print=None, access_log=None)
+    sock = listen(host, port)
+    try:
+        # The banner names the bound port: with --port 0 the OS picked it.
+        click.echo(f"ST-BME DNA hub on http://{host}:{sock.getsockname()[1]}  (data: {data_dir})", err=True)
+        web.run_app(create_hub_app(data_dir, token=token or ""), sock=sock, print=None, access_log=None)
+    finally:
+        sock.close()
