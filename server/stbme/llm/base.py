@@ -142,6 +142,8 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
             # server can fall over): the cut answer already read is still the model's answer.
             break
         total += result.usage
+        # What the model said, for the next engineer reading why a task made nothing (DEBUG only).
+        log.debug("LLM %s answer (attempt %d, %d chars): %r", task, attempt + 1, len(result.text), result.text[:500])
         try:
             if result.truncated:
                 raise TruncatedJSON("the API stopped the answer at its token limit (finish_reason: length)")
