@@ -12,7 +12,7 @@ import pytest
 
 from conftest import full_sync
 from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
-from test_llm_pipeline import ingest, llm_nodes, snapshot
+from test_llm_pipeline import evolve_around_locked_elena, llm_nodes, snapshot
 
 CHAT = [{"role": "user", "name": "A", "text": "Where is the key?"},
         {"role": "assistant", "name": "N", "text": "Elena hides the brass key under the bell tower."}]
@@ -65,16 +65,8 @@ async def test_an_answer_with_nothing_usable_is_a_warning(llm_sc, fake, caplog):
 @pytest.mark.parametrize("mode", ["with_extraction", "separate"])
 async def test_left_out_evolution_is_counted(llm_sc, fake, mode, caplog):
     # The fake's decisions also name an invented key (M999, n_not_a_key) and update a memory locked here.
-    await llm_sc.settings_service.update_global({"evolve.mode": mode})
     caplog.set_level(logging.INFO, logger="stbme")
-    chat = [{"role": "user", "name": "A", "text": "Hi"},
-            {"role": "assistant", "name": "N", "text": "Elena waits by the lighthouse."}]
-    await ingest(llm_sc, "c", chat)
-    elena = (await llm_sc.memories.list("c", type_="character", contains="Elena"))["nodes"][0]
-    await llm_sc.memories.act("c", elena["id"], "lock")
-    chat += [{"role": "user", "name": "A", "text": "And then?"},
-             {"role": "assistant", "name": "N", "text": "Elena is captured near the lighthouse."}]
-    await ingest(llm_sc, "c", chat)
+    await evolve_around_locked_elena(llm_sc, mode)
     dropped = (await llm_sc.health.report())["llm"]["usage"]["dropped"]["evolve"]
     assert dropped["bad_reference"] >= 2 and dropped["locked"] >= 1, dropped
     assert any(r.getMessage().startswith("evolve answer for chat c") and "left out" in r.getMessage()
