@@ -204,6 +204,13 @@ class FakeOpenAI:
         self.huge_bytes = 0                  # answer with a body this long (an answer that ignores max_tokens)
         self.huge_chunked = False            # ... sent chunked, without a Content-Length
         self.huge_sent = 0                   # bytes of huge bodies written (until the client hung up)
+        self.context_tokens = 0              # a model with this context: 400 context_length_exceeded past it
+        self.context_refusals = 0            # how many requests it refused so
+
+    @staticmethod
+    def prompt_tokens(body: dict) -> int:
+        """The prompt in this model's tokens: its own tokenizer (a token per 3 characters), not the sidecar's."""
+        return sum(len(str(m.get("content") or "")) // 3 + 5 for m in body["messages"])
 
     def tasks(self) -> list[str]:
         return [c["task"] for c in self.calls]
@@ -221,6 +228,16 @@ class FakeOpenAI:
             await asyncio.sleep(3600)
         if self.huge_bytes:
             return await self._huge(request, body)
+        if self.context_tokens:  # as OpenAI, vLLM and llama-cpp-python's server word it
+            prompt, completion = self.prompt_tokens(body), int(body.get("max_tokens") or 0)
+            if prompt + completion > self.context_tokens:
+                self.context_refusals += 1
+                return web.json_response({"error": {
+                    "message": f"This model's maximum context length is {self.context_tokens} tokens. However, you "
+                               f"requested {prompt + completion} tokens ({prompt} in the messages, {completion} in "
+                               "the completion). Please reduce the length of the messages or completion.",
+                    "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}},
+                    status=400)
         if self.statuses:
             status = self.statuses.pop(0)
             return web.json_response({"error": {"message": f"scripted {status}"}}, status=status,

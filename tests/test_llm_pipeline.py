@@ -147,18 +147,24 @@ async def test_contradiction_invalidates_the_old_fact(llm_sc, fake):
 
 @pytest.mark.parametrize("mode", ["with_extraction", "separate"])
 async def test_locked_memories_are_never_rewritten(llm_sc, fake, mode):
-    await llm_sc.settings_service.update_global({"evolve.mode": mode})
-    chat = [{"role": "user", "name": "A", "text": "Hi"},
-            {"role": "assistant", "name": "N", "text": "Elena waits by the lighthouse."}]
-    await ingest(llm_sc, "c", chat)
-    elena = (await llm_sc.memories.list("c", type_="character", contains="Elena"))["nodes"][0]
-    await llm_sc.memories.act("c", elena["id"], "lock")
-    chat += [{"role": "user", "name": "A", "text": "And then?"},
-             {"role": "assistant", "name": "N", "text": "Elena is captured near the lighthouse."}]
-    await ingest(llm_sc, "c", chat)
+    elena = await evolve_around_locked_elena(llm_sc, mode)
     after = await llm_sc.memories.get("c", elena["id"])
     assert (after["fields"], after["evolution"], after["tags"]) == (elena["fields"], elena["evolution"], elena["tags"])
     assert evolution_was_asked(fake, mode)
+
+
+async def evolve_around_locked_elena(sc, mode: str) -> dict:
+    """Elena remembered, then locked, then a batch whose evolution would rewrite her: her memory as locked."""
+    await sc.settings_service.update_global({"evolve.mode": mode})
+    chat = [{"role": "user", "name": "A", "text": "Hi"},
+            {"role": "assistant", "name": "N", "text": "Elena waits by the lighthouse."}]
+    await ingest(sc, "c", chat)
+    elena = (await sc.memories.list("c", type_="character", contains="Elena"))["nodes"][0]
+    await sc.memories.act("c", elena["id"], "lock")
+    chat += [{"role": "user", "name": "A", "text": "And then?"},
+             {"role": "assistant", "name": "N", "text": "Elena is captured near the lighthouse."}]
+    await ingest(sc, "c", chat)
+    return elena
 
 
 def evolution_was_asked(fake, mode: str) -> bool:

@@ -164,3 +164,22 @@ async def test_a_relayed_answer_past_what_max_tokens_allows_is_refused():
         await llm.complete([{"role": "user", "content": "x"}], task="summary")
     assert (await llm.complete([{"role": "user", "content": "x"}], task="summary")).text == '{"summary": "fine"}'
     assert llm.usage.snapshot()["tasks"]["summary"]["failures"] == 1
+
+
+async def test_a_request_for_more_tokens_waits_in_proportion():
+    """A CPU model writes at its own pace: llm.relay_timeout_s is for an answer of llm.max_tokens, and a
+    cut answer's retry, asking twice the room, may take twice as long (issue 20 item 9: a real model was cut
+    off mid-answer by the relay's timeout)."""
+    from stbme.llm.relay import RelayLLM
+
+    waits = []
+
+    class Channel(RelayChannel):
+        async def request(self, messages, *, task, max_tokens, timeout_s):
+            waits.append((max_tokens, timeout_s))
+            return '{"summary": "fine"}'
+
+    llm = RelayLLM(Channel(), max_tokens=1200, timeout_s=600)
+    for asked in (None, 600, 2400):
+        await llm.complete([{"role": "user", "content": "x"}], task="summary", max_tokens=asked)
+    assert waits == [(1200, 600), (600, 600), (2400, 1200)]

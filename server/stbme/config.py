@@ -138,8 +138,10 @@ SETTINGS: tuple[Setting, ...] = (
       "redo those batches once it answers again; off: wait (the job is retried, then parked).", per_chat=True),
     S("llm.redo_degraded_after_s", 300.0, "float",
       "How often to try redoing batches made while the LLM was down, in seconds.", min=5, max=86400),
-    S("llm.relay_timeout_s", 180.0, "float",
-      "llm.mode = relay: how long to wait for the extension to answer one request, in seconds.", min=5, max=3600),
+    S("llm.relay_timeout_s", 600.0, "float",
+      "llm.mode = relay: how long to wait for the extension to answer one request of llm.max_tokens, in seconds "
+      "(a request for more tokens, such as a cut answer's retry, waits in proportion). Long enough for a local "
+      "model on a CPU (180 s cut a 135M model off mid-answer).", min=5, max=3600),
     # LLM extraction
     S("extract.context_turns", 2, "int",
       "LLM extraction: earlier turns (user + assistant pairs) shown as context before the new messages.",

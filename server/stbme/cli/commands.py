@@ -99,6 +99,9 @@ def show_stats(data: dict, data_dir) -> None:
     click.echo(f"queue: {h['queue']['pending']} pending, {h['queue']['running']} running, "
                f"{h['queue']['failed']} failed")
     click.echo(f"{len(data['chats'])} chats, {h['store']['nodes']} active memories")
+    for task, reasons in ((h.get("llm") or {}).get("usage") or {}).get("dropped", {}).items():
+        click.echo(f"memory LLM {task}: left out of its answers since start: "
+                   + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in reasons.items()))
     for chat in data["chats"]:
         p = chat["progress"]
         m, e = p["messages"], p["embedding"]

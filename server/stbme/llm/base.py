@@ -19,8 +19,8 @@ STRICT_JSON_REMINDER = (
     "no markdown fences, no comments, no text before or after it."
 )
 CUT_OFF_REMINDER = (
-    "Your previous answer was cut off before its JSON ended. Answer again with ONLY the JSON object, "
-    "shorter: keep every text field brief."
+    "An answer of yours to this was cut off at the token limit before its JSON ended. Answer with ONLY the "
+    "JSON object, shorter: keep every text field brief."
 )
 REPAIR_INLINE_CHARS = 16 * 1024
 MAX_TOKENS_GROWTH = 2     # a cut-off answer is asked again with this many times the room
@@ -68,6 +68,10 @@ class LLMError(StbmeError):
     status = 503
 
 
+class LLMContextError(LLMError):
+    """The prompt alone fills the model's context (the server said so): no max_tokens can make it fit."""
+
+
 class LLMAnswerError(LLMError):
     """The LLM answered, but not with what was asked: no readable JSON after the retries, or a body without
     an answer in it. (Not an outage: the model or its prompt is at fault.)"""
@@ -102,6 +106,17 @@ async def _scan(fn, text: str, *args):
     return fn(text, *args) if len(text) < REPAIR_INLINE_CHARS else await asyncio.to_thread(fn, text, *args)
 
 
+def _with_reminder(messages: list[dict], reminder: str) -> list[dict]:
+    """The request again with the reminder added to its last user message (some chat templates refuse two
+    user turns in a row)."""
+    convo = list(messages)
+    if convo and convo[-1].get("role") == "user":
+        convo[-1] = {**convo[-1], "content": f"{convo[-1].get('content') or ''}\n\n{reminder}"}
+    else:
+        convo.append({"role": "user", "content": reminder})
+    return convo
+
+
 async def complete_json(client: LLMClient, messages: list[dict], *, task: str, retries: int = 1,
                         max_tokens: int | None = None, expect: type | tuple = (dict, list),
                         salvage: str | None = None) -> tuple[Any, Usage]:
@@ -127,6 +142,8 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
             # server can fall over): the cut answer already read is still the model's answer.
             break
         total += result.usage
+        # What the model said, for the next engineer reading why a task made nothing (DEBUG only).
+        log.debug("LLM %s answer (attempt %d, %d chars): %r", task, attempt + 1, len(result.text), result.text[:500])
         try:
             if result.truncated:
                 raise TruncatedJSON("the API stopped the answer at its token limit (finish_reason: length)")
@@ -150,7 +167,9 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
                 reminder = CUT_OFF_REMINDER
                 max_tokens = min(MAX_TOKENS_CEILING, (max_tokens or getattr(client, "max_tokens", 1200))
                                  * MAX_TOKENS_GROWTH)
-            convo = list(messages) + [
+            # A cut answer is not echoed back: it filled the room once, and the prompt plus it plus a larger
+            # max_tokens passed a small model's context (HTTP 400 from llama.cpp, issue 20 item 9).
+            convo = _with_reminder(messages, reminder) if isinstance(exc, TruncatedJSON) else list(messages) + [
                 {"role": "assistant", "content": result.text[:4000]},
                 {"role": "user", "content": reminder},
             ]

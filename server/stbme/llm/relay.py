@@ -94,7 +94,8 @@ class RelayChannel:
                 return await fut
         except TimeoutError:
             raise LLMError(f"the SillyTavern extension did not answer the relayed {task} request within "
-                           f"{timeout_s:g} s (llm.relay_timeout_s); is a generation blocking it?") from None
+                           f"{timeout_s:g} s (llm.relay_timeout_s); is a generation blocking it, or is the model slower "
+                           "than that (raise llm.relay_timeout_s)?") from None
         except asyncio.QueueFull:
             raise LLMError("the live channel to the extension is full; the relayed request will be retried") from None
         finally:
@@ -116,9 +117,12 @@ class RelayLLM:
     async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
                        max_tokens: int | None = None) -> LLMResult:
         max_tokens = max_tokens or self.max_tokens
+        # llm.relay_timeout_s is for an answer of llm.max_tokens: a model writes at its own pace, so a request
+        # for twice the tokens (a cut answer's retry) may take twice as long.
+        timeout_s = self.timeout_s * max(1.0, max_tokens / max(1, self.max_tokens))
         async with self._gate:
             try:
-                text = await self.channel.request(messages, task=task, max_tokens=max_tokens, timeout_s=self.timeout_s)
+                text = await self.channel.request(messages, task=task, max_tokens=max_tokens, timeout_s=timeout_s)
                 if len(text) > answer_byte_limit(max_tokens):
                     raise LLMAnswerError(f"the relayed {task} answer has {len(text)} characters, more than a "
                                          f"{max_tokens}-token answer can; the ST connection ignored max_tokens")

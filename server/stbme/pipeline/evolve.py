@@ -17,6 +17,7 @@ connections are events too. Writes are journaled with the batch's message range,
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import time
@@ -47,15 +48,19 @@ class EvolutionCounts:
     evolved: int = 0
     connections: int = 0
     updates: int = 0
+    # Connections and neighbour updates left out, by reason (a key it was not shown, a locked memory, ...):
+    # logged and counted in the LLM usage, not in the seed's figures.
+    dropped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def __iadd__(self, other: "EvolutionCounts") -> "EvolutionCounts":
         self.evolved += other.evolved
         self.connections += other.connections
         self.updates += other.updates
+        self.dropped.update(other.dropped)
         return self
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return {"evolved": self.evolved, "connections": self.connections, "updates": self.updates}
 
 
 def _first(data: dict, *names: str) -> Any:
@@ -81,7 +86,9 @@ def apply_evolution(cs: ChangeSet, new_id: str, decision: dict, resolve: Callabl
     connections = _first(decision, "suggested_connections", "suggestedConnections", "connections") or []
     for key in connections if isinstance(connections, list) else []:
         target = resolve(key)
-        if target and target != new_id and cs.get_node(target) is not None:
+        if not target or cs.get_node(target) is None:
+            counts.dropped["bad_reference"] += 1
+        elif target != new_id:
             edge = cs.add_edge(new_id, target, "related", Strength.EVOLVED)
             if edge is not None:
                 counts.connections += 1
@@ -90,10 +97,13 @@ def apply_evolution(cs: ChangeSet, new_id: str, decision: dict, resolve: Callabl
     updates = _first(decision, "neighbor_updates", "neighborUpdates") or []
     for update in updates if isinstance(updates, list) else []:
         if not isinstance(update, dict):
+            counts.dropped["not_an_object"] += 1
             continue
         target = resolve(_first(update, "key", "nodeId", "node_id", "id"))
         node = cs.get_node(target) if target else None
         if node is None or node.archived or node.locked or node.id == new_id:
+            counts.dropped["bad_reference" if node is None or node.archived else
+                           "locked" if node.locked else "self_reference"] += 1
             continue
         context = _first(update, "new_context", "newContext")
         tags = _first(update, "new_tags", "newTags")
@@ -240,4 +250,7 @@ class EvolveStage(LLMStage):
                 complete_event(cs.conn, event_id, evolution=counts.to_json())
             return counts
 
-        add_counts(ctx, await ctx.write(write, "evolve"))
+        counts = await ctx.write(write, "evolve")
+        add_counts(ctx, counts)
+        made = counts.connections + counts.updates
+        self.report_dropped(ctx, "evolve", made + sum(counts.dropped.values()), made, counts.dropped)

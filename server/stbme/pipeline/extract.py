@@ -20,6 +20,7 @@ nothing of the batch is written, so a retry later extracts exactly what a first 
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 
@@ -144,11 +145,12 @@ class ExtractStage(LLMStage):
                                   retries=ctx.setting("llm.json_retries") + 1,
                                   appendix=SCHEMA_APPENDIX + ("\n" + EVOLVE_WITH_EXTRACTION if evolve else ""),
                                   salvage="operations")
-        ops = parse_operations(value)
+        dropped = collections.Counter()
+        ops = parse_operations(value, dropped)
         if not evolve:
             for op in ops:
                 op["evolve"] = None
-        ctx.data["extract"] = {"ops": ops, "keys": keys}
+        ctx.data["extract"] = {"ops": ops, "keys": keys, "dropped": dropped}
 
     async def _existing(self, ctx: BatchContext, text: str, keys: KeyMap) -> list[str]:
         """Memories the LLM should know: named ones the new text mentions, then the nearest by meaning."""
@@ -185,6 +187,9 @@ class ExtractStage(LLMStage):
             return
         applier = OpApplier(ctx, cs, plan["keys"])
         applier.run(plan["ops"])
+        dropped = plan.get("dropped", collections.Counter()) + applier.dropped
+        asked = len(plan["ops"]) + sum(plan.get("dropped", {}).values())
+        self.report_dropped(ctx, "extract", asked, len(plan["ops"]) - applier.skipped, dropped)
         ctx.data["llm_created"] = applier.created
         ctx.data["llm_touched"] = applier.touched
         # With the extraction, its evolution is applied above; in `evolve.mode separate` it runs after the batch
@@ -193,7 +198,9 @@ class ExtractStage(LLMStage):
         ctx.data["extract_event"] = record_event(
             cs.conn, ctx.chat_id, "extract", msg_range=list(ctx.msg_range), ops=len(plan["ops"]),
             created=len(applier.created), updated=len(applier.updated), skipped=applier.skipped,
-            evolution=evolution.to_json())
+            evolution=evolution.to_json(), **({"dropped": dict(dropped)} if dropped else {}))
+        made = evolution.connections + evolution.updates
+        self.report_dropped(ctx, "evolve", made + sum(evolution.dropped.values()), made, evolution.dropped)
 
 
 def _mentions(key: str, folded_text: str) -> bool:

@@ -5,6 +5,7 @@ created memory carries."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 from typing import Any
 
@@ -28,12 +29,17 @@ _ID_KEYS = ("id", "key", "nodeId", "node_id", "target_node_id", "targetNodeId", 
 _LINK_TARGET_KEYS = ("target", "targetNodeId", "target_node_id", "targetRef", "target_ref", "to", "id", "ref", "key")
 
 
-def parse_operations(value: Any) -> list[dict]:
-    """Operations from a tolerant reading of the answer (container keys, aliases, a lone operation)."""
+def parse_operations(value: Any, dropped: collections.Counter | None = None) -> list[dict]:
+    """Operations from a tolerant reading of the answer (container keys, aliases, a lone operation).
+    `dropped` counts the items left out, by reason (a real model's answer may follow no schema: issue 20)."""
     raw = as_list(value, "operations", "ops", "nodes", "items", "entries", "memories", "results", "data", "actions")
+    dropped = collections.Counter() if dropped is None else dropped
+    if len(raw) > MAX_OPS:
+        dropped["over_limit"] += len(raw) - MAX_OPS
     ops = []
     for item in raw[:MAX_OPS]:
         if not isinstance(item, dict):
+            dropped["not_an_object"] += 1
             continue
         action = str(item.get("op") or item.get("operation") or item.get("action") or "").strip().lower()
         action = _OP_ALIASES.get(action, "")
@@ -92,9 +98,16 @@ class OpApplier:
         self.created: list[str] = []
         self.updated: list[str] = []
         self.touched: list[str] = []
-        self.skipped = 0
+        self.dropped: collections.Counter = collections.Counter()   # operations (and links) left out, by reason
         self.language = ctx.data.get("language", "en")
         self._removed_pairs: set[frozenset] = set()
+
+    @property
+    def skipped(self) -> int:
+        return sum(n for reason, n in self.dropped.items() if reason != "bad_link_target")
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] += 1
 
     def resolve(self, key: str | None) -> str | None:
         if not key:
@@ -110,7 +123,7 @@ class OpApplier:
         evolutions: list[tuple[str, dict]] = []
         for op in ops:
             if op.get("_skip"):
-                self.skipped += 1
+                self._drop("duplicate")
                 continue
             node_id = {"create": self._create, "update": self._update, "delete": self._delete}[op["op"]](op)
             if node_id is None:
@@ -144,7 +157,7 @@ class OpApplier:
         type_ = op["type"]
         spec = NODE_TYPES.get(type_)
         if type_ not in CREATABLE or spec is None:
-            self.skipped += 1
+            self._drop("unknown_type")
             return None
         if op.get("_merge_into"):  # dedupe decided: this corrects or completes an existing memory
             node_id = self._merge(op["_merge_into"], op["fields"], op, state_event=False)
@@ -155,7 +168,7 @@ class OpApplier:
         if type_ == "event" and not fields.get("title") and fields.get("summary"):
             fields["title"] = fields["summary"][:24]
         if any(not field_text(fields.get(r)) for r in spec.required):
-            self.skipped += 1
+            self._drop("missing_field" if fields else "empty_fields")
             return None
         if spec.latest_only and fields.get("name"):
             existing = self._find_named(type_, fields["name"])
@@ -179,17 +192,17 @@ class OpApplier:
     def _update(self, op: dict) -> str | None:
         target = op.get("_target_id") or self.resolve(op["target"])
         if target is None or self.cs.get_node(target) is None:
-            self.skipped += 1
+            self._drop("bad_reference")
             return None
         return self._merge(target, op["fields"], op, state_event=True)
 
     def _merge(self, target: str, raw_fields: dict, op: dict, *, state_event: bool) -> str | None:
         node = self.cs.get_node(target)
         if node is None or node.archived:
-            self.skipped += 1
+            self._drop("bad_reference")
             return None
         if node.locked:  # locked memories are never rewritten
-            self.skipped += 1
+            self._drop("locked")
             return node.id
         spec = NODE_TYPES.get(node.type)
         fields = clean_fields(spec.columns if spec else tuple(raw_fields), raw_fields)
@@ -242,7 +255,7 @@ class OpApplier:
         target = self.resolve(op["target"])
         node = self.cs.get_node(target) if target else None
         if node is None or node.locked or node.pinned:
-            self.skipped += 1
+            self._drop("bad_reference" if node is None else "locked")
             return None
         self.cs.update_node(target, archived=True)
         record_event(self.cs.conn, self.cs.chat_id, "archive", node_id=target, reason="extraction deleted it")
@@ -251,6 +264,8 @@ class OpApplier:
     def _link(self, from_id: str, link: dict) -> None:
         to_id = self.resolve(link["target"])
         if to_id is None or to_id == from_id:
+            if to_id is None:
+                self._drop("bad_link_target")
             return
         if link["remove"]:
             self._removed_pairs.add(frozenset((from_id, to_id)))

@@ -156,6 +156,18 @@ class LLMStage(BaseStage):
         return await nearest(self.store, self.embeddings.id, ctx.chat_id, vector, k, exclude=exclude,
                              min_similarity=min_similarity)
 
+    def report_dropped(self, ctx: BatchContext, task: str, asked: int, kept: int, dropped: dict[str, int]) -> None:
+        """One log line per answer that had items left out (why, by reason), and the counts in the LLM usage
+        (`/health` llm.usage.dropped, `stbme stats`): a model whose answers parse but follow no schema is
+        otherwise silent."""
+        if not any(dropped.values()):
+            return
+        self.llm.usage.drop(task, dropped)
+        why = ", ".join(f"{reason} {n}" for reason, n in sorted(dropped.items()) if n)
+        log.log(logging.WARNING if asked and not kept else logging.INFO,
+                "%s answer for chat %s messages %d-%d: %d items, %d kept; left out: %s", task, ctx.chat_id,
+                ctx.start, ctx.end, asked, kept, why)
+
     def skip(self, ctx: BatchContext, error: LLMError, task: str) -> None:
         """A task skipped because the LLM failed: say so, and mark the batch to be redone when it answers."""
         ctx.skip_llm(error)
