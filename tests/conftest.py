@@ -170,7 +170,9 @@ async def _post_sync(target, chat_id, body):
     return data
 
 
-DEADLINE_S = 60.0  # generous: CI runs on a busy 2-core machine; a passing test returns at once
+# Generous: CI runs on a busy 2-core machine, four test workers at once; a passing test returns at once. 60 s
+# was too short there: a test that takes 13 s alone took over 60 with two suites beside six busy programs.
+DEADLINE_S = 180.0
 
 
 async def wait_for(predicate, what: str = "the condition", timeout: float = DEADLINE_S, interval: float = 0.02):
@@ -279,7 +281,7 @@ class StbmeProcess:
         except OSError:
             return False
 
-    def wait_ready(self, timeout: float = 120) -> str:
+    def wait_ready(self, timeout: float = DEADLINE_S) -> str:
         wait_for_sync(self.answers, f"stbme {self.command} to answer /health", timeout=timeout)
         return self.url
 

@@ -545,7 +545,7 @@ async def test_reindex(client, chat):
     for path in (sc.data_dir / "indexes").glob("*"):
         path.unlink()
     ws = await client.ws_connect("/v1/ws")
-    assert (await ws.receive_json(timeout=10))["type"] == "hello"
+    assert (await ws.receive_json(timeout=DEADLINE_S))["type"] == "hello"
     data = await ok_json(await client.post(url(chat, "/reindex")))
     assert isinstance(data["job_id"], int)
     progress, job = await collect_until_job(ws, chat)
@@ -781,10 +781,10 @@ async def test_token_auth(tmp_path, aiohttp_client):
         await client.ws_connect("/v1/ws")
     assert info.value.status == 401
     ws = await client.ws_connect("/v1/ws?token=s3cret")
-    assert (await ws.receive_json(timeout=10))["type"] == "hello"
+    assert (await ws.receive_json(timeout=DEADLINE_S))["type"] == "hello"
     await ws.close()
     ws = await client.ws_connect("/v1/ws", headers=good)
-    assert (await ws.receive_json(timeout=10))["type"] == "hello"
+    assert (await ws.receive_json(timeout=DEADLINE_S))["type"] == "hello"
     await ws.close()
 
 
@@ -855,15 +855,15 @@ async def collect_until_job(ws, chat_id: str, deadline_s: float = DEADLINE_S) ->
 
 async def test_websocket_hello_ping_and_progress(client):
     ws = await client.ws_connect("/v1/ws")
-    hello = await ws.receive_json(timeout=10)
+    hello = await ws.receive_json(timeout=DEADLINE_S)
     assert hello == {"type": "hello", "version": hello["version"]} and isinstance(hello["version"], str)
     await ws.send_json({"type": "hello", "client": "st-extension", "version": "test"})
     await ws.send_json({"type": "ping"})
-    assert (await ws.receive_json(timeout=10)) == {"type": "pong"}
+    assert (await ws.receive_json(timeout=DEADLINE_S)) == {"type": "pong"}
     await ws.send_str("not json")
-    assert (await ws.receive_json(timeout=10))["type"] == "error"
+    assert (await ws.receive_json(timeout=DEADLINE_S))["type"] == "error"
     await ws.send_json({"type": "ping"})
-    assert (await ws.receive_json(timeout=10)) == {"type": "pong"}
+    assert (await ws.receive_json(timeout=DEADLINE_S)) == {"type": "pong"}
     assert (await ok_json(await client.get("/health")))["live_clients"] == 1
 
     await full_sync(client, "c1", MESSAGES)
@@ -889,7 +889,7 @@ async def test_websocket_two_clients_both_get_messages(client):
     a = await client.ws_connect("/v1/ws")
     b = await client.ws_connect("/v1/ws")
     for ws in (a, b):
-        assert (await ws.receive_json(timeout=10))["type"] == "hello"
+        assert (await ws.receive_json(timeout=DEADLINE_S))["type"] == "hello"
     await full_sync(client, "c1", MESSAGES)
     for ws in (a, b):
         _, job = await collect_until_job(ws, "c1")
@@ -900,9 +900,9 @@ async def test_websocket_two_clients_both_get_messages(client):
 async def test_websocket_closed_on_shutdown(tmp_path, aiohttp_client):
     client = await aiohttp_client(create_app(tmp_path / "d", embedder=HashEmbedder()))
     ws = await client.ws_connect("/v1/ws")
-    assert (await ws.receive_json(timeout=10))["type"] == "hello"
+    assert (await ws.receive_json(timeout=DEADLINE_S))["type"] == "hello"
     await client.server.close()
-    message = await asyncio.wait_for(ws.receive(), timeout=10)
+    message = await asyncio.wait_for(ws.receive(), timeout=DEADLINE_S)
     assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
     assert ws.closed or message.type == aiohttp.WSMsgType.CLOSE
 

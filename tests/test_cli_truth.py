@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import one_line_error, serve_process, st_chat_file, st_message
+from conftest import DEADLINE_S, one_line_error, serve_process, st_chat_file, st_message
 from test_cli import data_dir, run  # noqa: F401 - the CLI runner and the prepared data dir (a fixture)
 
 from stbme.api import DEFAULT_PORT
@@ -168,7 +168,7 @@ def test_the_same_export_imported_again_changes_nothing_and_says_so(data_dir, tm
 def test_help_and_version_import_no_server(args):
     script = (f"import sys\nfrom stbme.cli import main\ntry:\n    main({args!r}, prog_name='stbme')\n"
               f"except SystemExit:\n    pass\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120).stdout
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE_S).stdout
     assert out.strip().splitlines()[-1] == "[]", out
 
 
@@ -183,7 +183,7 @@ def test_a_command_through_a_running_server_imports_no_server(tmp_path):
                   f"    main(['recall', 'Elena - 3', 'key', '--data-dir', {str(data)!r}], prog_name='stbme')\n"
                   f"except SystemExit as exc:\n    print('exit', exc.code)\n"
                   f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE_S,
                               env={**os.environ, "STBME_TOKEN": ""})
     lines = proc.stdout.strip().splitlines()
     assert "oak" in proc.stdout and lines[-2] == "exit 0" and lines[-1] == "[]", (proc.stdout, proc.stderr)

@@ -259,8 +259,10 @@ async def test_a_huge_llm_answer_fails_the_call_and_is_never_held(fake, tmp_path
 
     huge = 64 * 1024 * 1024
     data = tmp_path / "data"
+    # Embeddings from the fake too: what is measured is the LLM answer, not the local model's load.
     settings = {"llm.mode": "openai", "llm.url": fake.url, "llm.model": "fake", "llm.retries": 0,
-                "llm.json_retries": 0, **PER_MESSAGE}
+                "llm.json_retries": 0, "embed.provider": "openai", "embed.openai_url": fake.url,
+                "embed.openai_model": "fake", **PER_MESSAGE}
     args = [a for k, v in settings.items() for a in ("--setting", k, json.dumps(v))]
     with serve_process(data, args=args) as base:
         pid = json.loads((data / "server.lock").read_text())["pid"]
