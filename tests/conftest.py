@@ -253,10 +253,16 @@ class StbmeProcess:
     def __init__(self, data_dir, *, command: str = "serve", args=(), env=None, log_path=None):
         self.command = command
         self._own_log = log_path is None
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="stbme-", suffix=".log")[1])
-        self._log = open(self.log_path, "w")
+        if log_path:
+            self.log_path = Path(log_path)
+            self._log = open(self.log_path, "w")
+        else:
+            fd, name = tempfile.mkstemp(prefix="stbme-", suffix=".log")
+            self.log_path, self._log = Path(name), os.fdopen(fd, "w")
+        # unbuffered: the banner (and the log a failure shows) is in the file as soon as it is written
+        env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", "stbme", command, "--port", "0", "--data-dir",
-                                      str(data_dir), *args], env=env or {**os.environ, "PYTHONUNBUFFERED": "1"},
+                                      str(data_dir), *args], env=env,
                                      stdout=subprocess.DEVNULL, stderr=self._log, text=True)
         self.url = ""
 

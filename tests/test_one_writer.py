@@ -249,7 +249,6 @@ def test_a_server_with_a_token_needs_it(tmp_path):
 def test_a_killed_server_leaves_a_lock_that_does_not_block(tmp_path):
     data = tmp_path / "data"
     srv = Server(data)
-    srv.proc.send_signal(signal.SIGKILL)
-    srv.proc.wait(timeout=DEADLINE_S)
+    srv.process.stop(DEADLINE_S, sig=signal.SIGKILL)
     assert (data / LOCK_NAME).exists()
     assert "0 chats" in run("stats", "--data-dir", data).stdout   # opened here: the lock's process is gone
