@@ -19,7 +19,7 @@ CHAT = [{"role": "user", "name": "A", "text": "Where is the key?"},
 
 # What a small model writes: the right container, the wrong contents.
 OFF_SCHEMA = {"operations": [
-    {"op": "create", "type": "person", "fields": {"name": "Elena"}},              # a type the schema has not
+    {"op": "create", "type": "weather", "fields": {"name": "Elena"}},             # a type the schema has not
     {"op": "update", "id": "M42", "fields": {"state": "hidden"}},                 # a key it was never shown
     {"op": "create", "type": "event", "fields": {}},                              # nothing to remember
     {"op": "create", "type": "event", "fields": {"title": "  "}},                 # only blank text
@@ -45,7 +45,7 @@ async def test_left_out_operations_are_counted_and_logged(llm_sc, fake, caplog):
     assert ("extract answer for chat c messages 0-1: 6 items, 1 kept; left out: bad_link_target 1, "
             "bad_reference 1, empty_fields 2, not_an_object 1, unknown_type 1") in lines[0].getMessage()
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "extract answer" in r.getMessage()]
-    assert said and '"type":"person"' in said[0]                        # what the model wrote, for the next engineer
+    assert said and '"type":"weather"' in said[0]                        # what the model wrote, for the next engineer
 
     events = await llm_sc.store.read(lambda conn: conn.execute(
         "SELECT data FROM events WHERE chat_id = 'c' AND kind = 'extract'").fetchall())

@@ -13,7 +13,7 @@ from conftest import full_sync, recall
 from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
 from stbme.llm.base import LLMError
 from stbme.pipeline.extract import smart_score, strip_tags
-from stbme.pipeline.operations import parse_operations
+from stbme.pipeline.operations import canonical_type, parse_operations
 from stbme.pipeline.sync import Message
 from stbme.services import Services
 from test_sync_rollback import line, make_chat, random_edit
@@ -76,6 +76,15 @@ def test_parse_operations_is_tolerant():
                                {"target": "M1", "relation": "related", "strength": 0.8, "remove": True}]
     assert parse_operations({"op": "delete", "id": "M1"})[0]["op"] == "delete"  # a lone operation
     assert parse_operations([]) == []
+
+
+def test_a_type_in_the_models_own_words_is_the_schemas():
+    # what a real small model writes (issue 20 item 9): case, plurals, hyphens and common synonyms
+    written = ["Person", "places", "Events", "plot-line", " world rule ", "NPC", "pov_memory", "weather", None]
+    assert [canonical_type(t) for t in written] == ["character", "location", "event", "thread", "rule",
+                                                    "character", "pov_memory", "weather", ""]
+    ops = parse_operations([{"type": "Person", "name": "Elena", "state": "wounded"}])
+    assert ops[0]["type"] == "character" and ops[0]["fields"] == {"name": "Elena", "state": "wounded"}
 
 
 def test_reasoning_blocks_are_removed():

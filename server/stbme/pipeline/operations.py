@@ -25,6 +25,29 @@ MAX_OPS = 24
 _OP_ALIASES = {"create": "create", "add": "create", "new": "create", "insert": "create",
                "update": "update", "edit": "update", "modify": "update", "merge": "update",
                "delete": "delete", "remove": "delete", "archive": "delete"}
+# What models write for the schema's types (a real 135M model: "person", "place", "Events"): the schema's own
+# names stay first in the prompt, these only save an operation a model named in its own words.
+_TYPE_ALIASES = {
+    "person": "character", "people": "character", "npc": "character", "char": "character", "persona": "character",
+    "protagonist": "character", "actor": "character", "player": "character",
+    "place": "location", "area": "location", "room": "location", "setting": "location", "region": "location",
+    "scene": "event", "action": "event", "happening": "event", "incident": "event", "episode": "event",
+    "fact": "event", "memory": "event", "moment": "event", "plot": "thread", "plotline": "thread",
+    "plot_line": "thread", "story_line": "thread", "storyline": "thread", "quest": "thread", "goal": "thread", "mystery": "thread", "arc": "thread",
+    "law": "rule", "constraint": "rule", "world_rule": "rule", "lore": "rule",
+}
+
+
+def canonical_type(value: Any) -> str:
+    """The schema type an operation's `type` means: case, spaces and hyphens, a plural, or a common synonym
+    ("Person" -> character); what matches nothing stays as written, to be counted as unknown_type."""
+    text = "_".join(str(value or "").strip().lower().replace("-", " ").split())
+    for candidate in (text, text[:-1] if text.endswith("s") else None, text[:-2] if text.endswith("es") else None):
+        if candidate and (candidate in NODE_TYPES or candidate in _TYPE_ALIASES):
+            return _TYPE_ALIASES.get(candidate, candidate)
+    return text
+
+
 _ID_KEYS = ("id", "key", "nodeId", "node_id", "target_node_id", "targetNodeId", "target")
 _LINK_TARGET_KEYS = ("target", "targetNodeId", "target_node_id", "targetRef", "target_ref", "to", "id", "ref", "key")
 
@@ -46,7 +69,7 @@ def parse_operations(value: Any, dropped: collections.Counter | None = None) -> 
         target = next((item[k] for k in _ID_KEYS if k in item and norm_key(item[k])), None)
         if not action:
             action = "update" if target and norm_key(target) and norm_key(target)[0] == "M" else "create"
-        type_ = str(item.get("type") or item.get("node_type") or "").strip().lower()
+        type_ = canonical_type(item.get("type") or item.get("node_type"))
         fields = dict(item.get("fields")) if isinstance(item.get("fields"), dict) else {}
         spec = NODE_TYPES.get(type_)
         if spec:  # schema columns given at the top level belong in fields

@@ -142,8 +142,6 @@ class LLMStage(BaseStage):
         retries = ctx.setting("llm.json_retries") if retries is None else retries
         value, usage = await complete_json(self.llm, messages, task=task, retries=retries,
                                            max_tokens=max_tokens, expect=(dict, list), salvage=salvage)
-        stats = ctx.data.setdefault("llm_usage", Usage())
-        stats += usage
         if usage.salvaged:
             self.live.notice("warning", f"the memory LLM's {task} answer for messages {ctx.start}-{ctx.end} was cut "
                              f"off at its token limit and no retry came back whole; its {usage.salvaged} complete items were "
