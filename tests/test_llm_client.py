@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import DEADLINE_S
 from llm_fixtures import fake  # noqa: F401
 from stbme.llm.base import LLMError, complete_json
 from stbme.llm.jsonrepair import JSONRepairError, TruncatedJSON, parse_json
@@ -52,7 +53,7 @@ def test_cut_off_json_is_never_repaired(text):
 
 # -- the OpenAI-compatible client -------------------------------------------------------------------
 def client(fake, **kw) -> OpenAIChat:
-    return OpenAIChat(fake.url, "fake-model", "sk-test", timeout_s=kw.pop("timeout_s", 2.0), backoff_s=0.01, **kw)
+    return OpenAIChat(fake.url, "fake-model", "sk-test", timeout_s=kw.pop("timeout_s", DEADLINE_S), backoff_s=0.01, **kw)
 
 
 async def test_json_mode_is_requested_and_usage_counted(fake):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import DEADLINE_S
 from llm_fixtures import fake  # noqa: F401
 from stbme.llm.base import LLMContextError, complete_json
 from stbme.llm.openai import OpenAIChat, context_limit
@@ -17,7 +18,7 @@ MESSAGES = [SYSTEM, {"role": "user", "content": "#1 [user Alex]: " + "the bell t
 
 
 def client(fake, **kw) -> OpenAIChat:
-    return OpenAIChat(fake.url, "fake-model", timeout_s=5.0, backoff_s=0.01, usage=UsageMeter(), **kw)
+    return OpenAIChat(fake.url, "fake-model", timeout_s=DEADLINE_S, backoff_s=0.01, usage=UsageMeter(), **kw)
 
 
 def asked(fake) -> list[int]:

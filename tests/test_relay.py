@@ -9,7 +9,7 @@ import random
 import orjson
 import pytest
 
-from conftest import full_sync, wait_for
+from conftest import DEADLINE_S, full_sync, wait_for
 from fake_openai import answer
 from stbme.api.app import create_app
 from stbme.api.keys import services_key
@@ -123,14 +123,14 @@ async def test_extension_errors_and_disconnects_fail_the_request_at_once():
     sent = []
     peer = channel.attach(sent.append)
     pending = asyncio.create_task(channel.request([{"role": "user", "content": "x"}], task="summary",
-                                                  max_tokens=10, timeout_s=5))
+                                                  max_tokens=10, timeout_s=DEADLINE_S))
     await wait_for(lambda: sent, "the request to reach the extension")
     assert sent[0]["type"] == "relay_request" and sent[0]["task"] == "summary"
     assert channel.resolve({"type": "relay_response", "id": sent[0]["id"], "error": "No API connected"}, peer)
     with pytest.raises(LLMError, match="could not run the relayed LLM request: No API connected"):
         await pending
     assert not channel.resolve({"type": "relay_response", "id": sent[0]["id"], "text": "late"}, peer)  # ignored
-    pending = asyncio.create_task(channel.request([], task="summary", max_tokens=10, timeout_s=5))
+    pending = asyncio.create_task(channel.request([], task="summary", max_tokens=10, timeout_s=DEADLINE_S))
     await wait_for(lambda: len(sent) == 2, "the second request to reach the extension")
     channel.detach(peer)
     with pytest.raises(LLMError, match="disconnected before answering"):
@@ -151,7 +151,7 @@ async def test_a_relayed_answer_past_what_max_tokens_allows_is_refused():
     from stbme.llm.relay import RelayLLM
 
     channel = RelayChannel()
-    llm = RelayLLM(channel, max_tokens=100, timeout_s=5)
+    llm = RelayLLM(channel, max_tokens=100, timeout_s=DEADLINE_S)
     texts = iter(["x" * (answer_byte_limit(100) + 1), '{"summary": "fine"}'])
     peer = None
 
