@@ -392,3 +392,20 @@ def test_an_input_that_says_it_refers_back_borrows_even_with_a_rare_term_of_its_
     assert rare_terms_of_recent("那它收费吗？", recent, lookup, leans_back=True)[:2] == ["山公", "香山"]
     plan = plan_query("那它收费吗？", recent, now=WED, lang="zh", weights=lookup, borrow_terms=True)
     assert "香山" in plan.borrowed_names and plan.reference.startswith("那它收费吗")
+
+
+def test_a_block_counted_by_its_lines_has_the_count_of_the_joined_text():
+    # render_block counts its block from remembered line counts (tokens.count_joined): the same number as
+    # counting the joined text, whatever the lines end or start with (punctuation that takes the line
+    # break into its token, spaces, breaks, empty lines, CJK, contractions, digits).
+    import random
+
+    from stbme.tokens import count_joined
+
+    pieces = ["Mira", " hid", " the", " key", ".", "!", "?!", "…", "—", ")", "”", "“", '"', "'s", "'ll", " ", "  ",
+              "\t", "\r", "\n", "\r\n", "\n\n", "123", "4567", "林晚", "藏起了钥匙。", "！", "- ", "## ", "[msg 12] ",
+              "Alex: ", ":", ";", "\u3000", "\xa0", "\u2028", "\x1c", "🙂", "é", "$", "#"]
+    rng = random.Random(19)
+    for _ in range(3000):
+        lines = ["".join(rng.choice(pieces) for _ in range(rng.randrange(0, 6))) for _ in range(rng.randrange(1, 8))]
+        assert count_joined(lines) == count_tokens("\n".join(lines)), lines

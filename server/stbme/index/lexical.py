@@ -295,8 +295,10 @@ class LexicalIndex:
             kth = -np.partition(-scores[hits], k - 1)[k - 1]
             hits = hits[scores[hits] >= kth]
         # Equal scores are ordered by node id, never by slot: slots depend on edit history.
-        best = sorted(hits.tolist(), key=lambda i: (-scores[i], self.node_of[i]))[:k]
-        return [(self.node_of[i], float(scores[i])) for i in best]
+        node_of = self.node_of
+        # The scores as Python floats once (the same values), not a numpy scalar per comparison.
+        ranked = sorted(zip(scores[hits].tolist(), hits.tolist()), key=lambda h: (-h[0], node_of[h[1]]))[:k]
+        return [(node_of[i], score) for score, i in ranked]
 
     def score_docs(self, query: str, node_ids) -> dict[str, float]:
         """BM25 of these memories for the query (0 for one that matches no term or is not indexed)."""

@@ -99,7 +99,7 @@ def found_by_search(rankings: list[Ranking], *, min_similarity: float | None = N
     margin = tuning.VECTOR_MARGIN if vector_margin is None else vector_margin
     min_bm25 = tuning.MIN_BM25 if min_bm25 is None else min_bm25
     if len(vector_sims) >= 5:
-        floor = max(floor, float(np.median(vector_sims)) + margin)
+        floor = max(floor, _median(vector_sims) + margin)
     found: set[str] = set()
     for r in rankings:
         if r.name == "time":
@@ -109,6 +109,14 @@ def found_by_search(rankings: list[Ranking], *, min_similarity: float | None = N
         elif r.name.startswith("lex"):
             found.update(n for n, v in r.scores.items() if v >= min_bm25)
     return found
+
+
+def _median(values: list[float]) -> float:
+    """numpy.median's value (the middle one, or the mean of the two middle ones), without an array for a
+    hundred floats."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def relevant(scores: dict[str, tuple[float, dict]], found: set[str], min_similarity: float,
