@@ -46,6 +46,10 @@ DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == 
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
+# Of a candidate, only what its score, its line in the block, the answer and the rerank prompt use: the
+# rows of the ~70 candidates cost half as much to read and parse. Its Node's other fields are defaults.
+_CANDIDATE_COLUMNS = ("id, chat_id, type, fields, importance, weight, seq_from, seq_to, archived, locked, pinned,"
+                      " story_time, tags, source")
 
 
 @dataclasses.dataclass
@@ -250,7 +254,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         members = graph_members(conn, chat_id, expand)
         neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
-        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_COLUMNS, where="AND archived = 0")
+        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_CANDIDATE_COLUMNS,
+                                                   where="AND archived = 0")
 
     members, neighbour_of, row_list = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
