@@ -61,12 +61,14 @@ def more_tokens_than(text: str, limit: int) -> bool:
     non-space characters than that (each is one token at least) or fewer bytes (each token is one at least)."""
     if len(text.encode()) <= limit:
         return False
-    runs = 0
-    for _ in _RUNS.finditer(text):
-        runs += 1
-        if runs > limit:
-            return True
-    return count_tokens(text) > limit
+    if len(text) <= _CACHED_CHARS:
+        return _more_tokens_cached(text, limit)
+    return len(_RUNS.findall(text)) > limit or count_tokens(text) > limit
+
+
+@functools.lru_cache(maxsize=8192)   # recall asks it of the same memory texts again and again
+def _more_tokens_cached(text: str, limit: int) -> bool:
+    return len(_RUNS.findall(text)) > limit or count_tokens(text) > limit
 
 
 def estimate_tokens(text: str) -> int:
