@@ -346,7 +346,8 @@ def test_more_tokens_than_agrees_with_counting_the_tokens():
 
 
 def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
-    # Document counts and length norms are kept between searches: every edit must drop them.
+    # Document counts, length norms and the weights of texts weighed before are kept between searches:
+    # every edit must drop them.
     from stbme.index.lexical import LexicalIndex
     texts = {f"n{i}": f"Mara {'lantern ' * (i % 4)}quay harbour {'storm' if i % 3 else 'bakery'} {i}" for i in range(40)}
     edited = LexicalIndex()
@@ -354,7 +355,7 @@ def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
         edited.upsert(node_id, text)
     queries = ["lantern storm", "bakery quay", "Mara harbour lantern"]
     before = [edited.search(q, 10) for q in queries]
-    edited.term_weights("lantern bakery")
+    weighed = [edited.term_weights(q) for q in [*queries, "lantern bakery"]]
     for i in range(0, 40, 3):
         edited.remove(f"n{i}")
         del texts[f"n{i}"]
@@ -367,7 +368,9 @@ def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
         assert edited.search(q, 10) == fresh.search(q, 10)
         assert edited.term_weights(q) == fresh.term_weights(q)
         assert edited.score_docs(q, list(texts)) == fresh.score_docs(q, list(texts))
+    assert edited.term_weights("lantern bakery") == fresh.term_weights("lantern bakery")
     assert before != [edited.search(q, 10) for q in queries]
+    assert weighed != [edited.term_weights(q) for q in [*queries, "lantern bakery"]]
 
 
 def test_last_tokens_of_a_short_text_is_the_text_itself():
