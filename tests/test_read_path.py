@@ -412,3 +412,23 @@ def test_a_block_counted_by_its_lines_has_the_count_of_the_joined_text():
     for _ in range(3000):
         lines = ["".join(rng.choice(pieces) for _ in range(rng.randrange(0, 6))) for _ in range(rng.randrange(1, 8))]
         assert count_joined(lines) == count_tokens("\n".join(lines)), lines
+
+
+def test_a_memory_is_skipped_for_a_question_about_now_only_when_its_fields_cannot_name_the_subject():
+    # _latest builds a candidate's searched text (vocatives dropped, a regex each) only when names_any says
+    # its fields hold a subject term: every word of that text must be in the fields, whatever was dropped.
+    import random
+    import re
+
+    from stbme.graph.model import node_text
+    from stbme.recall.current import names_any
+
+    words = ["Thanks", ",", "Irene", "!", "hey", "Tom", "Wow", " ", "Keep", "it", "up", ".", "…", "Mara", "moved",
+             ":", ";", ")", "?", "Sure", "现在", "何川", "搬走了", "，", "。", "well", "God", "Bob Smith", "1e-05", "\n"]
+    rng = random.Random(19)
+    for _ in range(3000):
+        text = "".join(rng.choice(words) + rng.choice(["", " ", ", "]) for _ in range(rng.randrange(1, 12)))
+        fields = {"summary": text, "speaker": rng.choice(["Tom", "Irene", ""]), "title": rng.choice(words)}
+        for word in set(re.findall(r"[^\W_]+", node_text(fields).lower())):
+            assert names_any(fields, [word]), (word, fields)
+    assert not names_any({"summary": "Thanks, Irene! Have a great one!", "speaker": "Tom"}, ["harlan"])
