@@ -397,21 +397,28 @@ def test_an_input_that_says_it_refers_back_borrows_even_with_a_rare_term_of_its_
     assert "香山" in plan.borrowed_names and plan.reference.startswith("那它收费吗")
 
 
-def test_a_block_counted_by_its_lines_has_the_count_of_the_joined_text():
-    # render_block counts its block from remembered line counts (tokens.count_joined): the same number as
-    # counting the joined text, whatever the lines end or start with (punctuation that takes the line
-    # break into its token, spaces, breaks, empty lines, CJK, contractions, digits).
+def test_a_block_counted_by_its_lines_and_sentences_has_the_count_of_the_joined_text():
+    # render_block counts its block from remembered line counts (tokens.count_joined), and a long text is
+    # counted by its remembered sentences: the same number as tokenizing the whole text, whatever the lines
+    # and sentences end or start with (punctuation that takes the line break into its token, spaces, breaks,
+    # empty lines, CJK, contractions, digits).
     import random
 
-    from stbme.tokens import count_joined
+    from stbme.tokens import _encoding, count_joined
+
+    def exact(text):
+        return len(_encoding().encode(text, disallowed_special=()))
 
     pieces = ["Mira", " hid", " the", " key", ".", "!", "?!", "…", "—", ")", "”", "“", '"', "'s", "'ll", " ", "  ",
-              "\t", "\r", "\n", "\r\n", "\n\n", "123", "4567", "林晚", "藏起了钥匙。", "！", "- ", "## ", "[msg 12] ",
-              "Alex: ", ":", ";", "\u3000", "\xa0", "\u2028", "\x1c", "🙂", "é", "$", "#"]
+              "\t", "\r", "\n", "\r\n", "\n\n", "123", " 45", "林晚", "藏起了钥匙。", "！", "- ", "## ", "[msg 12] ",
+              "Alex: ", ":", ";", "\u3000", "\xa0", "\u2028", "\x1c", "🙂", "é", "$", "#", ". ", "! ", "’ ", "] ",
+              " The storm broke the old bridge at dawn."]
     rng = random.Random(19)
     for _ in range(3000):
-        lines = ["".join(rng.choice(pieces) for _ in range(rng.randrange(0, 6))) for _ in range(rng.randrange(1, 8))]
-        assert count_joined(lines) == count_tokens("\n".join(lines)), lines
+        lines = ["".join(rng.choice(pieces) for _ in range(rng.randrange(0, 30))) for _ in range(rng.randrange(1, 8))]
+        text = "\n".join(lines)
+        assert count_joined(lines) == count_tokens(text) == exact(text), lines
+        assert [count_tokens(line) for line in lines] == [exact(line) for line in lines], lines
 
 
 def test_a_memory_is_skipped_for_a_question_about_now_only_when_its_fields_cannot_name_the_subject():
