@@ -346,7 +346,8 @@ def test_more_tokens_than_agrees_with_counting_the_tokens():
 
 
 def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
-    # Document counts and length norms are kept between searches: every edit must drop them.
+    # Document counts, length norms and the weights of texts weighed before are kept between searches:
+    # every edit must drop them.
     from stbme.index.lexical import LexicalIndex
     texts = {f"n{i}": f"Mara {'lantern ' * (i % 4)}quay harbour {'storm' if i % 3 else 'bakery'} {i}" for i in range(40)}
     edited = LexicalIndex()
@@ -354,7 +355,7 @@ def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
         edited.upsert(node_id, text)
     queries = ["lantern storm", "bakery quay", "Mara harbour lantern"]
     before = [edited.search(q, 10) for q in queries]
-    edited.term_weights("lantern bakery")
+    weighed = [edited.term_weights(q) for q in [*queries, "lantern bakery"]]
     for i in range(0, 40, 3):
         edited.remove(f"n{i}")
         del texts[f"n{i}"]
@@ -367,7 +368,9 @@ def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
         assert edited.search(q, 10) == fresh.search(q, 10)
         assert edited.term_weights(q) == fresh.term_weights(q)
         assert edited.score_docs(q, list(texts)) == fresh.score_docs(q, list(texts))
+    assert edited.term_weights("lantern bakery") == fresh.term_weights("lantern bakery")
     assert before != [edited.search(q, 10) for q in queries]
+    assert weighed != [edited.term_weights(q) for q in [*queries, "lantern bakery"]]
 
 
 def test_last_tokens_of_a_short_text_is_the_text_itself():
@@ -392,3 +395,47 @@ def test_an_input_that_says_it_refers_back_borrows_even_with_a_rare_term_of_its_
     assert rare_terms_of_recent("那它收费吗？", recent, lookup, leans_back=True)[:2] == ["山公", "香山"]
     plan = plan_query("那它收费吗？", recent, now=WED, lang="zh", weights=lookup, borrow_terms=True)
     assert "香山" in plan.borrowed_names and plan.reference.startswith("那它收费吗")
+
+
+def test_a_block_counted_by_its_lines_and_sentences_has_the_count_of_the_joined_text():
+    # render_block counts its block from remembered line counts (tokens.count_joined), and a long text is
+    # counted by its remembered sentences: the same number as tokenizing the whole text, whatever the lines
+    # and sentences end or start with (punctuation that takes the line break into its token, spaces, breaks,
+    # empty lines, CJK, contractions, digits).
+    import random
+
+    from stbme.tokens import _encoding, count_joined
+
+    def exact(text):
+        return len(_encoding().encode(text, disallowed_special=()))
+
+    pieces = ["Mira", " hid", " the", " key", ".", "!", "?!", "…", "—", ")", "”", "“", '"', "'s", "'ll", " ", "  ",
+              "\t", "\r", "\n", "\r\n", "\n\n", "123", " 45", "林晚", "藏起了钥匙。", "！", "- ", "## ", "[msg 12] ",
+              "Alex: ", ":", ";", "\u3000", "\xa0", "\u2028", "\x1c", "🙂", "é", "$", "#", ". ", "! ", "’ ", "] ",
+              " The storm broke the old bridge at dawn."]
+    rng = random.Random(19)
+    for _ in range(3000):
+        lines = ["".join(rng.choice(pieces) for _ in range(rng.randrange(0, 30))) for _ in range(rng.randrange(1, 8))]
+        text = "\n".join(lines)
+        assert count_joined(lines) == count_tokens(text) == exact(text), lines
+        assert [count_tokens(line) for line in lines] == [exact(line) for line in lines], lines
+
+
+def test_a_memory_is_skipped_for_a_question_about_now_only_when_its_fields_cannot_name_the_subject():
+    # _latest builds a candidate's searched text (vocatives dropped, a regex each) only when names_any says
+    # its fields hold a subject term: every word of that text must be in the fields, whatever was dropped.
+    import random
+    import re
+
+    from stbme.graph.model import node_text
+    from stbme.recall.current import names_any
+
+    words = ["Thanks", ",", "Irene", "!", "hey", "Tom", "Wow", " ", "Keep", "it", "up", ".", "…", "Mara", "moved",
+             ":", ";", ")", "?", "Sure", "现在", "何川", "搬走了", "，", "。", "well", "God", "Bob Smith", "1e-05", "\n"]
+    rng = random.Random(19)
+    for _ in range(3000):
+        text = "".join(rng.choice(words) + rng.choice(["", " ", ", "]) for _ in range(rng.randrange(1, 12)))
+        fields = {"summary": text, "speaker": rng.choice(["Tom", "Irene", ""]), "title": rng.choice(words)}
+        for word in set(re.findall(r"[^\W_]+", node_text(fields).lower())):
+            assert names_any(fields, [word]), (word, fields)
+    assert not names_any({"summary": "Thanks, Irene! Have a great one!", "speaker": "Tom"}, ["harlan"])

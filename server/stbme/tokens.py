@@ -32,6 +32,23 @@ def _count_cached(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
+def count_joined(lines: list[str]) -> int:
+    """count_tokens("\n".join(lines)), summed from remembered counts of its lines (a recall's block is new
+    text each time, its lines mostly are not). Exact: cl100k_base merges bytes only within the pieces its
+    pattern cuts, and no piece runs from a line ending in a line break into a next line that starts with
+    a non-space character (a piece with a line break in it ends at that break or the last of a run of
+    breaks, and only a letter, digit or punctuation run, none of which holds a break, starts before one).
+    So the text is counted in groups, each ending with its line break, cut before every line that starts
+    with a non-space character."""
+    total, group = 0, []
+    for line in lines:
+        if group and line and not line[0].isspace():
+            total += count_tokens("\n".join(group) + "\n")
+            group = []
+        group.append(line)
+    return total + count_tokens("\n".join(group))
+
+
 # cl100k_base splits text into pieces before it merges bytes, and no piece holds two runs of non-space
 # characters (its whitespace is only a leading character, a trailing line break, or a piece of its own):
 # a text has at least as many tokens as such runs. The spaces are Unicode's White_Space, as its \s is
@@ -44,12 +61,14 @@ def more_tokens_than(text: str, limit: int) -> bool:
     non-space characters than that (each is one token at least) or fewer bytes (each token is one at least)."""
     if len(text.encode()) <= limit:
         return False
-    runs = 0
-    for _ in _RUNS.finditer(text):
-        runs += 1
-        if runs > limit:
-            return True
-    return count_tokens(text) > limit
+    if len(text) <= _CACHED_CHARS:
+        return _more_tokens_cached(text, limit)
+    return len(_RUNS.findall(text)) > limit or count_tokens(text) > limit
+
+
+@functools.lru_cache(maxsize=8192)   # recall asks it of the same memory texts again and again
+def _more_tokens_cached(text: str, limit: int) -> bool:
+    return len(_RUNS.findall(text)) > limit or count_tokens(text) > limit
 
 
 def estimate_tokens(text: str) -> int:

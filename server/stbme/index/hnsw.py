@@ -72,7 +72,9 @@ class ChatIndex:
                     if k <= 1:
                         return []
                     k = max(1, k // 2)
-        hits = [(self.id_of[int(lab)], 1.0 - float(dist)) for lab, dist in zip(labels[0], distances[0])]
+        id_of = self.id_of
+        # tolist(): Python ints and floats of the same values, without a numpy scalar per hit.
+        hits = [(id_of[lab], 1.0 - dist) for lab, dist in zip(labels[0].tolist(), distances[0].tolist())]
         hits.sort(key=lambda hit: (-round(hit[1], 6), hit[0]))  # equal similarity: by node id, not by label
         return hits
 

@@ -75,6 +75,7 @@ def tokenize(text: str) -> list[str]:
 # held a 28-byte int object per posting, and a fresh process reopening a 100k-memory chat peaked at 634 MB
 # (443 MB with arrays; scripts/bench_recall.py, "peak of a fresh process reopening it").
 DOCS, TFS = "i", "I"
+WEIGHTS_KEPT = 1024   # texts whose term weights are remembered (LexicalIndex.term_weights)
 MAGIC = b"STBMELEX"
 
 
@@ -100,6 +101,7 @@ class LexicalIndex:
         # and of the recent turns (hundreds of lookups), and at idle the chat does not change between recalls.
         self._df: dict[str, float] = {}
         self._norm: np.ndarray | None = None
+        self._weights: dict[str, dict[str, float]] = {}   # text -> term_weights(text); the same recent turns
         self.live = 0
         self.total_length = 0
         self.rev_of: dict[str, int] = {}   # node revision indexed, to reconcile a saved index with the store
@@ -175,6 +177,7 @@ class LexicalIndex:
     def _changed(self) -> None:
         self._np_active, self._norm = None, None
         self._df.clear()
+        self._weights.clear()
 
     def to_bytes(self) -> bytes:
         """The index for saving beside the HNSW index: a JSON header, then every posting list's slots and
@@ -233,14 +236,20 @@ class LexicalIndex:
 
     def term_weights(self, query: str) -> dict[str, float]:
         """The query's terms and their weight in this chat (BM25's idf: a name in every message weighs
-        little); a term no memory has is left out."""
-        weights = {}
-        for term in dict.fromkeys(tokenize(query)):
-            if term in self.postings:
-                df = self._live_df(term)
-                if df:
-                    weights[term] = _idf(self.live, df)
-        return weights
+        little); a term no memory has is left out. Remembered per text until the index changes: every
+        request of a conversation weighs the same recent turns again."""
+        weights = self._weights.get(query)
+        if weights is None:
+            weights = {}
+            for term in dict.fromkeys(tokenize(query)):
+                if term in self.postings:
+                    df = self._live_df(term)
+                    if df:
+                        weights[term] = _idf(self.live, df)
+            if len(self._weights) >= WEIGHTS_KEPT:
+                self._weights.clear()
+            self._weights[query] = weights
+        return dict(weights)
 
     def _scores(self, query: str) -> np.ndarray | None:
         """BM25 of every slot for the query (dead slots 0), or None when no query term is indexed."""
@@ -295,8 +304,10 @@ class LexicalIndex:
             kth = -np.partition(-scores[hits], k - 1)[k - 1]
             hits = hits[scores[hits] >= kth]
         # Equal scores are ordered by node id, never by slot: slots depend on edit history.
-        best = sorted(hits.tolist(), key=lambda i: (-scores[i], self.node_of[i]))[:k]
-        return [(self.node_of[i], float(scores[i])) for i in best]
+        node_of = self.node_of
+        # The scores as Python floats once (the same values), not a numpy scalar per comparison.
+        ranked = sorted(zip(scores[hits].tolist(), hits.tolist()), key=lambda h: (-h[0], node_of[h[1]]))[:k]
+        return [(node_of[i], score) for score, i in ranked]
 
     def score_docs(self, query: str, node_ids) -> dict[str, float]:
         """BM25 of these memories for the query (0 for one that matches no term or is not indexed)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ..graph.model import field_text
 from ..index import LexicalIndex
 from .candidates import Ranking
 from .snippet import sentences
@@ -34,11 +35,19 @@ def asks_about_now(text: str) -> bool:
     return bool(_NOW_EN.search(text) or _NOW_ZH.search(text))
 
 
-def _subject_terms(lexical: LexicalIndex, topic: str) -> list[str]:
+def subject_terms(lexical: LexicalIndex, topic: str) -> list[str]:
     """The question's rarest terms in this chat (its subject: a name, a thing), present-tense cues left out."""
     bare = _NOW_ZH.sub(" ", _NOW_EN.sub(" ", topic))
     weights = lexical.term_weights(bare)
     return sorted(weights, key=lambda t: (-weights[t], t))[:SUBJECT_TERMS]
+
+
+def names_any(fields: dict, subject: list[str]) -> bool:
+    """Whether a memory's fields (names and values) hold a subject term. Every term of its searched text
+    (graph.model.node_text) is in them: that text adds only the field names, the speaker (a field) and
+    punctuation, and what it drops (a vocative, the comma and spaces around it) never joins two words."""
+    plain = " ".join([*fields, *(field_text(v) for v in fields.values())]).lower()
+    return any(term in plain for term in subject)
 
 
 def states_a_change(text: str, subject: list[str]) -> bool:
@@ -50,11 +59,10 @@ def states_a_change(text: str, subject: list[str]) -> bool:
     return False
 
 
-def latest_ranking(texts: dict[str, tuple[str, int | None]], *, lexical: LexicalIndex, topic: str,
+def latest_ranking(texts: dict[str, tuple[str, int | None]], *, subject: list[str],
                    weight: float) -> Ranking | None:
     """Of the candidates ({id: (text, message index)}), those that state a change of the question's subject
-    (`topic`: a question about now), newest first; None when none does."""
-    subject = _subject_terms(lexical, topic)
+    (subject_terms of a question about now), newest first; None when none does."""
     if not subject:
         return None
     changed = {n: seq for n, (text, seq) in texts.items() if seq is not None and states_a_change(text, subject)}

@@ -67,25 +67,35 @@ def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, 
     vector_lists = [raw[n] for n in raw if n.startswith("vec")]
     lexical_lists = [raw[n] for n in raw if n.startswith("lex")]
     extra_lists = [(name, raw[name]) for name in ("time", "graph", "latest") if name in raw]
+    best_vector, best_lexical = _best_of(vector_lists), _best_of(lexical_lists)
     out = {}
     for node_id, fusion in fused.items():
         row = rows.get(node_id)
         if row is None or row["pinned"]:
             continue
-        seq_from = row["seq_from"]
-        if seq_from is not None and (seq_from >= skip_from or row["seq_to"] < skip_before):
+        seq_from, seq_to = row["seq_from"], row["seq_to"]
+        if seq_from is not None and (seq_from >= skip_from or seq_to < skip_before):
             continue
         if not _has_content(row):
             continue
-        parts = {"fusion": fusion, "importance": row["importance"] / 10, "recency": recency(row["seq_to"]),
-                 "vector": max([s.get(node_id, 0.0) for s in vector_lists], default=0.0),
-                 "lexical": max([s.get(node_id, 0.0) for s in lexical_lists], default=0.0)}
+        parts = {"fusion": fusion, "importance": row["importance"] / 10, "recency": recency(seq_to),
+                 "vector": best_vector(node_id), "lexical": best_lexical(node_id)}
         for name, listed in extra_lists:
             if node_id in listed:
                 parts[name] = listed[node_id]
         score = (fusion + w_imp * parts["importance"] + w_rec * parts["recency"]) * (0.5 + 0.5 * row["weight"])
         out[node_id] = (score, parts)
     return out
+
+
+def _best_of(lists: list[dict[str, float]]):
+    """node id -> its best score in these lists (0.0 where it is in none, or there are none)."""
+    if not lists:
+        return lambda node_id: 0.0
+    if len(lists) == 1:   # the usual one-part question: one lookup, no list to build
+        only = lists[0]
+        return lambda node_id: only.get(node_id, 0.0)
+    return lambda node_id: max([s.get(node_id, 0.0) for s in lists])
 
 
 def found_by_search(rankings: list[Ranking], *, min_similarity: float | None = None,
@@ -99,7 +109,7 @@ def found_by_search(rankings: list[Ranking], *, min_similarity: float | None = N
     margin = tuning.VECTOR_MARGIN if vector_margin is None else vector_margin
     min_bm25 = tuning.MIN_BM25 if min_bm25 is None else min_bm25
     if len(vector_sims) >= 5:
-        floor = max(floor, float(np.median(vector_sims)) + margin)
+        floor = max(floor, _median(vector_sims) + margin)
     found: set[str] = set()
     for r in rankings:
         if r.name == "time":
@@ -109,6 +119,14 @@ def found_by_search(rankings: list[Ranking], *, min_similarity: float | None = N
         elif r.name.startswith("lex"):
             found.update(n for n, v in r.scores.items() if v >= min_bm25)
     return found
+
+
+def _median(values: list[float]) -> float:
+    """numpy.median's value (the middle one, or the mean of the two middle ones), without an array for a
+    hundred floats."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def relevant(scores: dict[str, tuple[float, dict]], found: set[str], min_similarity: float,

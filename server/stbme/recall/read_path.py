@@ -30,7 +30,7 @@ from ..store.queries import latest_send_date, message_count, nodes_by_ids
 from ..tokens import count_tokens, last_tokens
 from . import tuning
 from .candidates import Ranking, anchor_day, graph_members, graph_ranking, message_neighbours, time_ranking
-from .current import asks_about_now, latest_ranking
+from .current import asks_about_now, latest_ranking, names_any, subject_terms
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, may_show, order,
                       relevant, score_rows)
@@ -46,6 +46,10 @@ DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == 
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
+# Of a candidate, only what its score, its line in the block, the answer and the rerank prompt use: the
+# rows of the ~70 candidates cost half as much to read and parse. Its Node's other fields are defaults.
+_CANDIDATE_COLUMNS = ("id, chat_id, type, fields, importance, weight, seq_from, seq_to, archived, locked, pinned,"
+                      " story_time, tags, source")
 
 
 @dataclasses.dataclass
@@ -250,7 +254,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         members = graph_members(conn, chat_id, expand)
         neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
-        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_COLUMNS, where="AND archived = 0")
+        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_CANDIDATE_COLUMNS,
+                                                   where="AND archived = 0")
 
     members, neighbour_of, row_list = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
@@ -312,11 +317,20 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
     """For a question about now: the keyword and vector candidates that say their subject changed."""
     if weight <= 0 or not asks_about_now(plan.text):
         return None
+    subject = subject_terms(lexical, plan.topic or plan.text)
+    if not subject:
+        return None
     ids = list(dict.fromkeys(n for r in rankings for n in r.ids))
     rows = store.read_inline(lambda conn: nodes_by_ids(conn, chat_id, ids, columns="id, fields, seq_to",
                                                        where="AND archived = 0"))
-    texts = {r["id"]: (node_text(orjson.loads(r["fields"])), r["seq_to"]) for r in rows}
-    return latest_ranking(texts, lexical=lexical, topic=plan.topic or plan.text, weight=weight)
+    texts = {}
+    for r in rows:
+        fields = orjson.loads(r["fields"])
+        # Only a memory whose fields name the subject can state its change: its searched text (node_text, a
+        # regex per memory to drop vocatives, ~0.15 ms) is built only for those.
+        if r["seq_to"] is not None and names_any(fields, subject):
+            texts[r["id"]] = (node_text(fields), r["seq_to"])
+    return latest_ranking(texts, subject=subject, weight=weight)
 
 
 def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:

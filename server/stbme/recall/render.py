@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from ..graph.model import Node, field_text
 from ..graph.schema import NODE_TYPES
-from ..tokens import count_tokens, fit_tokens
+from ..tokens import count_joined, count_tokens, fit_tokens
 from .snippet import focus
 from ..pipeline.timeline import format_story_date
 
@@ -170,15 +170,16 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
         sections_used.add(section)
         used += cost
     while chosen:
-        text = _assemble(chosen, h)
-        tokens = count_tokens(text)
+        lines = _assemble(chosen, h)
+        tokens = count_joined(lines)   # the joined block's exact count
         if tokens <= budget_tokens:
-            return text, [n for n, _ in chosen], tokens
+            return "\n".join(lines), [n for n, _ in chosen], tokens
         chosen.pop()  # token counts of joined text can differ by a few from the sum of parts
     return "", [], 0
 
 
-def _assemble(chosen: list[tuple[Node, str]], h: dict) -> str:
+def _assemble(chosen: list[tuple[Node, str]], h: dict) -> list[str]:
+    """The block's lines (joined by line breaks)."""
     parts = [h["title"]]
     for section in SECTION_ORDER:
         lines = [(n, line) for n, line in chosen if section_of(n) == section]
@@ -190,4 +191,4 @@ def _assemble(chosen: list[tuple[Node, str]], h: dict) -> str:
         parts.append("")
         parts.append(h[section])
         parts.extend(line for _, line in lines)
-    return "\n".join(parts)
+    return parts
