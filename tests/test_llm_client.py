@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from conftest import DEADLINE_S
+from conftest import DEADLINE_S, wait_for
 from llm_fixtures import fake  # noqa: F401
 from stbme.llm.base import LLMError, complete_json
 from stbme.llm.jsonrepair import JSONRepairError, TruncatedJSON, parse_json
@@ -101,6 +103,27 @@ async def test_429_backs_off_and_gives_up_with_a_clear_error(fake):
         await llm.complete(MESSAGES, task="summary")
     await llm.close()
     assert len(fake.calls) == 3 and llm.usage.snapshot()["tasks"]["summary"]["failures"] == 1
+
+
+async def test_a_client_closed_while_it_answers_finishes_the_call_and_leaves_nothing_open(fake):
+    """An llm.* change swaps the client while a batch's call is in flight (the real-model run's "Unclosed
+    client session"): closing the old client aborted that call, which was asked again on a new session that
+    nothing closed."""
+    llm = client(fake)
+    answer_now = asyncio.Event()
+
+    async def hold(task):
+        await answer_now.wait()
+    fake.before_answer = hold
+    call = asyncio.create_task(llm.complete(MESSAGES, task="summary"))
+    await wait_for(lambda: fake.calls, "the call to reach the fake")
+    await llm.close()
+    answer_now.set()
+    assert (await call).text and len(fake.calls) == 1      # finished on its connection, not asked again
+    assert llm.http._session.closed                        # by the last call out
+    fake.before_answer = None
+    await llm.complete(MESSAGES, task="summary")           # a batch still holding the old client
+    assert len(fake.calls) == 2 and llm.http._session.closed
 
 
 async def test_hang_times_out(fake):

@@ -55,6 +55,10 @@ class OpenAIEndpoint:
         self.what = what
         self.names = names
         self._session: aiohttp.ClientSession | None = None
+        # A client replaced after an llm.* change may still be asked by a batch that holds it: its calls in
+        # flight finish on their connection, and the last one out closes the session (none is left open).
+        self._in_flight = 0
+        self._closing = False
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -69,6 +73,16 @@ class OpenAIEndpoint:
         `on_status(status, snippet)` may return True to retry at once, without counting an attempt
         (a server that rejects an optional feature the body asked for: the caller changes the body).
         `max_bytes`: the most the answer can need; a longer one fails the call (not retried)."""
+        self._in_flight += 1
+        try:
+            return await self._post(make_body, on_status, max_bytes)
+        finally:
+            self._in_flight -= 1
+            if self._closing and not self._in_flight:
+                await self._close_session()
+
+    async def _post(self, make_body: Callable[[], dict], on_status: Callable[[int, str], bool] | None,
+                    max_bytes: int) -> object:
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = f"Bearer {self.key}"
@@ -119,5 +133,12 @@ class OpenAIEndpoint:
         raise self.error(f"{self.what} at {self.url} failed after {self.retries + 1} attempts: {last_error}")
 
     async def close(self) -> None:
+        """Close now, or (with calls in flight) when the last of them ends; a call made after close still
+        works and closes what it opened."""
+        self._closing = True
+        if not self._in_flight:
+            await self._close_session()
+
+    async def _close_session(self) -> None:
         if self._session is not None:
             await self._session.close()
