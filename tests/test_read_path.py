@@ -373,6 +373,16 @@ def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
     assert weighed != [edited.term_weights(q) for q in [*queries, "lantern bakery"]]
 
 
+def test_only_turn_sized_texts_have_their_term_weights_remembered():
+    # the cache holds texts of a chat turn's size: a 200,000-character input is weighed, never kept
+    from stbme.index.lexical import WEIGHTS_TEXT_CHARS, LexicalIndex
+    index = LexicalIndex()
+    index.upsert("n1", "Mara lit the lantern at the quay")
+    long_text = "lantern " * (WEIGHTS_TEXT_CHARS // 8 + 1)
+    assert index.term_weights(long_text) == index.term_weights("lantern") and len(long_text) > WEIGHTS_TEXT_CHARS
+    assert list(index._weights) == ["lantern"]
+
+
 def test_last_tokens_of_a_short_text_is_the_text_itself():
     from stbme.tokens import last_tokens
     for text in ("", "Where is the key?", "钥匙藏在哪儿了？", "x" * 64, "word " * 13):

@@ -75,7 +75,8 @@ def tokenize(text: str) -> list[str]:
 # held a 28-byte int object per posting, and a fresh process reopening a 100k-memory chat peaked at 634 MB
 # (443 MB with arrays; scripts/bench_recall.py, "peak of a fresh process reopening it").
 DOCS, TFS = "i", "I"
-WEIGHTS_KEPT = 1024   # texts whose term weights are remembered (LexicalIndex.term_weights)
+WEIGHTS_KEPT = 1024        # texts whose term weights are remembered (LexicalIndex.term_weights)
+WEIGHTS_TEXT_CHARS = 4000  # ... each at most this long: a chat turn, not a 200,000-character input
 MAGIC = b"STBMELEX"
 
 
@@ -246,9 +247,10 @@ class LexicalIndex:
                     df = self._live_df(term)
                     if df:
                         weights[term] = _idf(self.live, df)
-            if len(self._weights) >= WEIGHTS_KEPT:
-                self._weights.clear()
-            self._weights[query] = weights
+            if len(query) <= WEIGHTS_TEXT_CHARS:
+                if len(self._weights) >= WEIGHTS_KEPT:
+                    self._weights.clear()
+                self._weights[query] = weights
         return dict(weights)
 
     def _scores(self, query: str) -> np.ndarray | None:

@@ -25,15 +25,17 @@ MAX_OPS = 24
 _OP_ALIASES = {"create": "create", "add": "create", "new": "create", "insert": "create",
                "update": "update", "edit": "update", "modify": "update", "merge": "update",
                "delete": "delete", "remove": "delete", "archive": "delete"}
-# What models write for the schema's types (a real 135M model: "person", "place", "Events"): the schema's own
-# names stay first in the prompt, these only save an operation a model named in its own words.
+# Common synonyms of the schema's types, for a model that names a type in its own words. A guess, not yet
+# seen from a real model: the 135M model's drops were answers with no operation in them at all. The prompt
+# still asks for the schema's own names; these only keep an operation named otherwise.
 _TYPE_ALIASES = {
-    "person": "character", "people": "character", "npc": "character", "char": "character", "persona": "character",
-    "protagonist": "character", "actor": "character", "player": "character",
+    "person": "character", "people": "character", "npc": "character", "char": "character",
+    "persona": "character", "protagonist": "character", "actor": "character", "player": "character",
     "place": "location", "area": "location", "room": "location", "setting": "location", "region": "location",
     "scene": "event", "action": "event", "happening": "event", "incident": "event", "episode": "event",
-    "fact": "event", "memory": "event", "moment": "event", "plot": "thread", "plotline": "thread",
-    "plot_line": "thread", "story_line": "thread", "storyline": "thread", "quest": "thread", "goal": "thread", "mystery": "thread", "arc": "thread",
+    "fact": "event", "memory": "event", "moment": "event",
+    "plot": "thread", "plotline": "thread", "plot_line": "thread", "storyline": "thread", "story_line": "thread",
+    "quest": "thread", "goal": "thread", "mystery": "thread", "arc": "thread",
     "law": "rule", "constraint": "rule", "world_rule": "rule", "lore": "rule",
 }
 
