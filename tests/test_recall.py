@@ -113,6 +113,9 @@ def test_heuristic_helpers():
     assert clean_text("<think>secret plan</think>Hello   there") == "Hello there"
     names = candidate_names("Elena met Marcus at dawn. \"Yes,\" she said. 我们在「灯塔」见面。")
     assert {"Elena", "Marcus", "灯塔"} <= names and "Yes" not in names
+    names = candidate_names("Dorian's sword gleamed. I'm fine. It's late. Don't go. That's Elowen's. We'll see. "
+                            "You're right. They've gone. Isn't it? O'Brien and Jean-Luc came.")
+    assert names == {"Dorian", "Elowen", "O'Brien", "Jean-Luc"}  # contractions are no names; a possessive is its name
     chunks = split_chunks("One sentence here. " * 200, 50)
     assert len(chunks) > 3 and all(count_tokens(c) <= 60 for c in chunks)
 

@@ -35,6 +35,10 @@ monday tuesday wednesday thursday friday saturday sunday january february march 
 september october november december god ooc let lets good great nice fine sure right left first last next
 """.split()) | STOPWORDS
 _ENTITY_TYPES = ("character", "entity", "location")
+# English contractions and the possessive: "I'm", "It's" and "We'll" are no names, "Dorian's" is Dorian's
+# (the real-model run's heuristic layer showed the LLM entities named "I'm" and "It's", issue 20 item 9).
+_NEGATION = re.compile(r"n't$", re.I)
+_CLITIC = re.compile(r"^(.+?)'(?:s|m|ll|re|ve|d)$", re.I)
 
 
 def remove_tag_blocks(text: str, names, *, drop_unclosed: bool = False, lenient: bool = False) -> str:
@@ -97,6 +101,10 @@ def candidate_names(text: str) -> set[str]:
     lowered_words = set(re.findall(r"\b[a-z][a-z'\-]*\b", text))
     for match in _LATIN_NAME.finditer(text):
         word = match.group(0).strip("'-")
+        if _NEGATION.search(word):   # Don't, Isn't, Won't
+            continue
+        clitic = _CLITIC.match(word)
+        word = clitic.group(1) if clitic else word
         if len(word) < 2 or word.lower() in _NOT_NAMES or word.lower() in lowered_words:
             continue
         names.add(word)
