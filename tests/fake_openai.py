@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import re
 
+import jsonschema
 import numpy as np
 import orjson
 from aiohttp import web
@@ -185,6 +186,18 @@ def answer(task: str, user: str, system: str = "") -> dict:
     return {}
 
 
+def closed_objects(schema):
+    """The schema with every object that lists properties closed to others, as llama.cpp reads it."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: closed_objects(v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 class FakeOpenAI:
     """State and switches of the fake server. Tests flip the switches between calls."""
 
@@ -197,6 +210,8 @@ class FakeOpenAI:
         self.hang = False                    # never answer
         self.hangs = 0                       # the next N requests never get an answer
         self.reject_json_mode = False        # 400 when response_format is sent
+        self.reject_json_schema = False      # 500 when response_format is a json_schema (JSON mode is fine)
+        self.schema_violations: list[str] = []  # scripted answers a model held to the sent schema could not write
         self.fenced = False                  # wrap answers in ```json fences with chatter and a trailing comma
         self.overrides: dict[str, dict] = {}  # task -> fixed answer
         self.garbage_tasks: set[str] = set()  # these tasks always get garbage
@@ -245,12 +260,25 @@ class FakeOpenAI:
         if self.reject_json_mode and "response_format" in body:
             return web.json_response({"error": {"message": "response_format json_object is not supported"}},
                                      status=400)
+        answer_format = body.get("response_format") or {}
+        if self.reject_json_schema and answer_format.get("type") == "json_schema":  # llama-cpp-python 0.3's words
+            return web.json_response({"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': "
+                                                           "('body', 'response_format', 'type'), 'msg': \"Input should "
+                                                           "be 'text' or 'json_object'\"}", "type": "internal_server_error"}},
+                                     status=500)
+        schema = (answer_format.get("json_schema") or {}).get("schema") or answer_format.get("schema")
         user = body["messages"][1]["content"] if len(body["messages"]) > 1 else ""
         if self.garbage > 0 or task in self.garbage_tasks:
             self.garbage -= task not in self.garbage_tasks
             content = "Sure! Here are the memories: {operations: [oops]}"
         else:
-            content = orjson.dumps(self.overrides.get(task) or answer(task, user, system)).decode()
+            value = self.overrides.get(task)  # a test's fixed answer: as a server that ignores the schema
+            if value is None:
+                value = answer(task, user, system)
+                if schema:
+                    value = {k: v for k, v in value.items() if k != "thought"}  # a held model writes no chatter
+                    self.check_schema(task, value, schema)
+            content = orjson.dumps(value).decode()
             if self.fenced:
                 content = "Here you go:\n```json\n" + content[:-1] + ",}\n```\nHope it helps."
         finish_reason = "stop"
@@ -264,6 +292,13 @@ class FakeOpenAI:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                          "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+
+    def check_schema(self, task: str, value: object, schema: dict) -> None:
+        """Record it when the scripted answer breaks the schema as llama.cpp's grammar reads it (an object
+        with `properties` takes no other key unless `additionalProperties` says so): such an answer is one
+        a model under that grammar could never give, so the schema would lose what the stage reads."""
+        for error in jsonschema.Draft202012Validator(closed_objects(schema)).iter_errors(value):
+            self.schema_violations.append(f"{task}: {error.message} at {list(error.absolute_path)}")
 
     async def _huge(self, request: web.Request, body: dict) -> web.StreamResponse:
         """A well-formed completion whose content alone is `huge_bytes` long, written a MiB at a time."""

@@ -14,7 +14,9 @@ async def fake(aiohttp_server):
     script = FakeOpenAI()
     server = await aiohttp_server(script.app())
     script.url = str(server.make_url("/v1"))
-    return script
+    yield script
+    # Every structured-output request a test made: the stages' scripted answers fit the schema they sent.
+    assert not script.schema_violations, script.schema_violations[:5]
 
 
 # One extraction per assistant message, as these tests were written for; the defaults (extract.every 3 and

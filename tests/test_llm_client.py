@@ -8,6 +8,7 @@ import pytest
 
 from conftest import DEADLINE_S, wait_for
 from llm_fixtures import fake  # noqa: F401
+from stbme.llm.answer_schemas import ANSWER_SCHEMAS
 from stbme.llm.base import LLMError, complete_json
 from stbme.llm.jsonrepair import JSONRepairError, TruncatedJSON, parse_json
 from stbme.llm.openai import OpenAIChat
@@ -63,11 +64,51 @@ async def test_json_mode_is_requested_and_usage_counted(fake):
     value, usage = await complete_json(llm, MESSAGES, task="summary")
     await llm.close()
     body = fake.calls[0]["body"]
-    assert body["response_format"] == {"type": "json_object"} and body["model"] == "fake-model"
+    assert body["response_format"] == {"type": "json_object"} and body["model"] == "fake-model"  # no schema given
     assert value["summary"].startswith("summary ")
     assert usage.calls == 1 and usage.prompt_tokens > 5 and usage.completion_tokens > 3
     snap = llm.usage.snapshot()
     assert snap["tasks"]["summary"]["calls"] == 1 and snap["total"]["prompt_tokens"] == usage.prompt_tokens
+
+
+async def test_the_answer_schema_is_requested_as_structured_output(fake):
+    """A small local model told the shape in words answers JSON of its own design (issue 20 item 9): the
+    schema goes as OpenAI's json_schema response_format, which llama.cpp, Ollama and vLLM turn into a grammar."""
+    llm = client(fake)
+    value, _ = await complete_json(llm, MESSAGES, task="summary", schema=ANSWER_SCHEMAS["summary"])
+    await llm.close()
+    fmt = fake.calls[0]["body"]["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "stbme_summary"
+    assert fmt["json_schema"]["schema"] == ANSWER_SCHEMAS["summary"] and value["summary"]
+
+
+async def test_a_rejected_answer_format_steps_down_to_the_next(fake):
+    fake.reject_json_schema = True
+    llm = client(fake, retries=0)
+    first, _ = await complete_json(llm, MESSAGES, task="summary", schema=ANSWER_SCHEMAS["summary"])
+    second, _ = await complete_json(llm, MESSAGES, task="summary", schema=ANSWER_SCHEMAS["summary"])
+    fake.reject_json_mode = True
+    third, _ = await complete_json(llm, MESSAGES, task="summary", schema=ANSWER_SCHEMAS["summary"])
+    await llm.close()
+    assert first["summary"] and second == first == third
+    formats = [fmt and (fmt["type"] + ("+schema" if "schema" in fmt else "")) for fmt in
+               (c["body"].get("response_format") for c in fake.calls)]
+    # json_schema refused once (as llama-cpp-python's server does), then the schema beside JSON mode, which
+    # that server turns into a grammar; when JSON mode is refused too: without the schema, then plain text
+    assert formats == ["json_schema", "json_object+schema", "json_object+schema",
+                       "json_object+schema", "json_object", None]
+    assert fake.calls[1]["body"]["response_format"]["schema"] == ANSWER_SCHEMAS["summary"]
+
+
+async def test_the_fake_catches_an_answer_outside_the_schema(fake):
+    """The fixture fails every LLM test whose scripted answers a model held to the sent schema could not
+    write; this is that check failing on purpose."""
+    llm = client(fake)
+    narrow = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 5}}}
+    await complete_json(llm, MESSAGES, task="summary", schema=narrow)
+    await llm.close()
+    assert len(fake.schema_violations) == 1 and "too long" in fake.schema_violations[0]
+    fake.schema_violations.clear()
 
 
 async def test_json_mode_rejection_falls_back(fake):

@@ -12,8 +12,9 @@ import pytest
 from conftest import full_sync, recall
 from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
 from stbme.llm.base import LLMError
-from stbme.pipeline.extract import smart_score, strip_tags
-from stbme.pipeline.operations import canonical_type, parse_operations
+from stbme.llm.answer_schemas import ANSWER_SCHEMAS
+from stbme.pipeline.extract import ANSWER_SCHEMA, smart_score, strip_tags
+from stbme.pipeline.operations import CREATABLE, canonical_type, parse_operations
 from stbme.pipeline.sync import Message
 from stbme.services import Services
 from test_sync_rollback import line, make_chat, random_edit
@@ -256,6 +257,25 @@ async def test_maintenance_summaries_rollups_synopsis_reflection_compression(tmp
     assert compressed and "compress" in tasks
     children = [n for n in llm_nodes(snap, "event") if n[4] == 0 and n[5]]
     assert len(children) >= 3  # archived under their summary node
+
+
+async def test_every_task_asks_with_its_answer_schema(tmp_path, embedder, fake):
+    """Each LLM task sends its answer's JSON Schema (a grammar on llama.cpp-style servers), extraction with the
+    types it may create; the fake fixture checks that each scripted answer the stages read fits it."""
+    settings = llm_settings(fake, **MAINTAIN_OFTEN, **{"evolve.mode": "separate"})
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=settings)
+    try:
+        await ingest(sc, "c", make_chat(random.Random(5), 16))
+    finally:
+        await sc.close()
+    formats = {c["task"]: c["body"]["response_format"] for c in fake.calls}
+    assert {"extract", "evolve", "summary", "synopsis", "reflect", "compress"} <= set(formats)
+    assert all(f["type"] == "json_schema" and f["json_schema"]["schema"] == (
+        ANSWER_SCHEMA if task == "extract" else ANSWER_SCHEMAS[task]) for task, f in formats.items())
+    kinds = ANSWER_SCHEMA["properties"]["operations"]["items"]["anyOf"]
+    creates = {k["properties"]["type"]["const"]: k for k in kinds if k["properties"]["op"]["const"] == "create"}
+    assert list(creates) == list(CREATABLE) and creates["event"]["properties"]["fields"]["required"] == ["summary"]
+    assert "contradicts" in creates["event"]["properties"]["links"]["items"]["properties"]["relation"]["enum"]
 
 
 async def test_maintenance_failure_degrades(tmp_path, embedder, fake):

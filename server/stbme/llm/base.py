@@ -89,7 +89,8 @@ class LLMClient(Protocol):
     usage: UsageMeter
 
     async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
-                       max_tokens: int | None = None) -> LLMResult: ...
+                       max_tokens: int | None = None, schema: dict | None = None) -> LLMResult:
+        """`schema`: the answer's JSON Schema, for a client that can ask the model to follow it."""
 
     async def close(self) -> None: ...
 
@@ -119,7 +120,7 @@ def _with_reminder(messages: list[dict], reminder: str) -> list[dict]:
 
 async def complete_json(client: LLMClient, messages: list[dict], *, task: str, retries: int = 1,
                         max_tokens: int | None = None, expect: type | tuple = (dict, list),
-                        salvage: str | None = None) -> tuple[Any, Usage]:
+                        salvage: str | None = None, schema: dict | None = None) -> tuple[Any, Usage]:
     """Ask for JSON; repair what comes back; on an unreadable answer ask again (up to `retries` times)
     with the bad answer and a strict-JSON reminder. Raises LLMError when it stays unreadable.
 
@@ -127,14 +128,15 @@ async def complete_json(client: LLMClient, messages: list[dict], *, task: str, r
     decisions). When every attempt was cut off at the token limit (small models write past any cap), the
     complete items of the fullest cut answer are kept as `{salvage: [...]}` instead of failing the task:
     each item stands alone, so the ones written whole mean what they say, and the half one is never kept.
-    `Usage.cut_off` and `Usage.salvaged` say that it happened."""
+    `Usage.cut_off` and `Usage.salvaged` say that it happened. `schema` (llm/answer_schemas.py) goes to a
+    client that can hold the model to it; the answer is read as tolerantly either way."""
     total = Usage()
     convo = list(messages)
     why = ""
     best_cut: list[dict] = []
     for attempt in range(retries + 1):
         try:
-            result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens)
+            result = await client.complete(convo, task=task, json_mode=True, max_tokens=max_tokens, schema=schema)
         except LLMError:
             if not best_cut:
                 raise

@@ -12,7 +12,7 @@ class NoLLM:
     def __init__(self):
         self.usage = UsageMeter()
 
-    async def complete(self, messages, *, task, json_mode=True, max_tokens=None) -> LLMResult:
+    async def complete(self, messages, *, task, json_mode=True, max_tokens=None, schema=None) -> LLMResult:
         raise LLMError(f"no LLM is configured (llm.mode = none), so {task} cannot run; "
                        "set llm.mode to openai or relay")
 

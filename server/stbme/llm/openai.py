@@ -1,5 +1,6 @@
 """Any OpenAI-compatible /v1/chat/completions (OpenAI, OpenRouter, DeepSeek, llama.cpp, Ollama, KoboldCpp,
-vLLM): JSON mode with a fallback when the server rejects it, backoff on 429/5xx, a concurrency limit."""
+vLLM): the answer's JSON Schema (structured output), else JSON mode, else plain text, each step down taken when
+the server rejects the one before; backoff on 429/5xx, a concurrency limit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import re
 
 from ..openai_http import OpenAIEndpoint
+from .answer_schemas import ANSWER_FORMATS, response_format
 from .base import LLMAnswerError, LLMContextError, LLMError, LLMResult, answer_byte_limit, measure
 from .usage import UsageMeter, count_messages
 
@@ -58,25 +60,33 @@ class OpenAIChat:
         self.max_tokens = max_tokens
         self.id = f"openai:{self.url}#{model}"
         self.usage = usage or UsageMeter()
-        self.json_mode_supported = True   # turned off when the server rejects response_format
+        # The answer formats this server may accept, best first: each is dropped when the server rejects it.
+        self.answer_formats = list(ANSWER_FORMATS)
         # Learned from the first context-length 400: the model's context and how many of the server's tokens
         # one of ours is (its tokenizer and chat template are not ours); every later max_tokens fits in it.
         self.context_tokens: int | None = None
         self.prompt_token_ratio = 1.0
         self._gate = asyncio.Semaphore(max(1, concurrency))
 
-    def _body(self, messages: list[dict], json_mode: bool, max_tokens: int) -> dict:
+    def _answer_format(self, task: str, json_mode: bool, schema: dict | None) -> tuple[str, dict] | None:
+        """(kind, response_format) of the best format left, or None for plain text."""
+        for kind in self.answer_formats if json_mode else ():
+            if kind == "json_object" or schema:
+                return kind, response_format(kind, task, schema)
+        return None
+
+    def _body(self, messages: list[dict], answer_format: tuple[str, dict] | None, max_tokens: int) -> dict:
         body = {"model": self.model, "messages": messages, "temperature": self.temperature,
                 "max_tokens": max_tokens, "stream": False}
-        if json_mode and self.json_mode_supported:
-            body["response_format"] = {"type": "json_object"}
+        if answer_format:
+            body["response_format"] = answer_format[1]
         return body
 
     async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
-                       max_tokens: int | None = None) -> LLMResult:
+                       max_tokens: int | None = None, schema: dict | None = None) -> LLMResult:
         async with self._gate:
             try:
-                text, finish_reason = await self._call(messages, json_mode, max_tokens)
+                text, finish_reason = await self._call(messages, task, json_mode, schema, max_tokens)
             except LLMError:
                 await asyncio.to_thread(measure, self.usage, task, messages, "", failed=True)
                 raise
@@ -89,7 +99,8 @@ class OpenAIChat:
         prompt = math.ceil(our_prompt_tokens * self.prompt_token_ratio)
         return self.context_tokens - prompt - CONTEXT_MARGIN_TOKENS
 
-    async def _call(self, messages: list[dict], json_mode: bool, max_tokens: int | None) -> tuple[str, str | None]:
+    async def _call(self, messages: list[dict], task: str, json_mode: bool, schema: dict | None,
+                    max_tokens: int | None) -> tuple[str, str | None]:
         wanted = max_tokens or self.max_tokens
         our_prompt = None
         if self.context_tokens:  # a doubled retry's max_tokens must not pass the context a 400 taught us
@@ -98,10 +109,13 @@ class OpenAIChat:
         fit = {"max_tokens": wanted, "refitted": False}
 
         def on_status(status: int, snippet: str) -> bool:
-            if status == 400 and json_mode and self.json_mode_supported and _rejects_json_mode(snippet):
-                log.info("%s rejects JSON mode; asking without it from now on", self.url)
-                self.json_mode_supported = False
-                return True  # not the server's fault: asking again without it is free
+            sent = self._answer_format(task, json_mode, schema)
+            if status >= 400 and sent and _rejects_answer_format(snippet):
+                # Not the server's fault: asking again one format down is free.
+                self.answer_formats.remove(sent[0])
+                log.info("%s rejects response_format %s; asking with %s from now on", self.url, sent[0],
+                         (self.answer_formats or ["no answer format"])[0])
+                return True
             limit = context_limit(snippet) if status == 400 else None
             if limit is None or fit["refitted"]:
                 return False
@@ -123,7 +137,8 @@ class OpenAIChat:
             fit.update(max_tokens=min(fit["max_tokens"], room), refitted=True)
             return True   # once: the same request, with an answer that fits
 
-        data = await self.http.post(lambda: self._body(messages, json_mode, fit["max_tokens"]), on_status,
+        data = await self.http.post(
+            lambda: self._body(messages, self._answer_format(task, json_mode, schema), fit["max_tokens"]), on_status,
                                     max_bytes=answer_byte_limit(wanted))
         return self._parse(data)
 
@@ -146,6 +161,8 @@ class OpenAIChat:
         await self.http.close()
 
 
-def _rejects_json_mode(body: str) -> bool:
+def _rejects_answer_format(body: str) -> bool:
+    """An error about the answer format: OpenAI and DeepSeek answer 400 naming `response_format`;
+    llama-cpp-python's server a 500 with its validation error (`'loc': ('body', 'response_format', 'type')`)."""
     low = body.lower()
-    return "response_format" in low or "json_object" in low or "json mode" in low
+    return any(word in low for word in ("response_format", "json_object", "json_schema", "json mode"))

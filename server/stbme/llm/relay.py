@@ -115,7 +115,9 @@ class RelayLLM:
         self._gate = asyncio.Semaphore(max(1, concurrency))
 
     async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
-                       max_tokens: int | None = None) -> LLMResult:
+                       max_tokens: int | None = None, schema: dict | None = None) -> LLMResult:
+        # `schema` is not relayed: a relay_request carries the messages and max_tokens, and the extension asks
+        # ST's generation for plain text (the answer is read tolerantly, as from any model).
         max_tokens = max_tokens or self.max_tokens
         # llm.relay_timeout_s is for an answer of llm.max_tokens: a model writes at its own pace, so a request
         # for twice the tokens (a cut answer's retry) may take twice as long.

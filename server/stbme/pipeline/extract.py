@@ -26,7 +26,8 @@ import re
 
 from ..graph.changes import ChangeSet
 from ..graph.model import field_text, node_from_row
-from ..graph.schema import NODE_TYPES
+from ..graph.schema import NODE_TYPES, RELATIONS
+from ..llm.answer_schemas import extract_schema
 from ..llm.prompts import EVOLVE_WITH_EXTRACTION
 from ..patterns import matches, split_patterns
 from ..store.events import record_event
@@ -35,7 +36,7 @@ from ..tokens import truncate_to_tokens
 from .batch import BatchContext, batch_end
 from .evolve import EvolutionCounts
 from .heuristic import remove_tag_blocks
-from .operations import CREATABLE, NAMED_TYPES, OpApplier, parse_operations
+from .operations import CREATABLE, MAX_OPS, NAMED_TYPES, OpApplier, parse_operations
 from .prompting import KeyMap, LLMStage, chat_language, memory_line
 from .sync import Message, load_messages
 
@@ -59,6 +60,8 @@ def _schema() -> str:
 
 
 SCHEMA_APPENDIX = _schema()  # fixed: part of the cacheable system prompt, not of each call's content
+ANSWER_SCHEMA = extract_schema({name: (tuple(c for c in NODE_TYPES[name].columns if c != "speaker"),
+                                        NODE_TYPES[name].required) for name in CREATABLE}, RELATIONS, MAX_OPS)
 
 
 def strip_tags(text: str, tags: str) -> str:
@@ -144,7 +147,7 @@ class ExtractStage(LLMStage):
         value, _ = await self.ask(ctx, "extract", "\n".join(parts), language=language,
                                   retries=ctx.setting("llm.json_retries") + 1,
                                   appendix=SCHEMA_APPENDIX + ("\n" + EVOLVE_WITH_EXTRACTION if evolve else ""),
-                                  salvage="operations")
+                                  salvage="operations", schema=ANSWER_SCHEMA)
         dropped = collections.Counter()
         ops = parse_operations(value, dropped)
         if not evolve:

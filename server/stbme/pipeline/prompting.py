@@ -16,6 +16,7 @@ import numpy as np
 from ..embed import EmbeddingService
 from ..graph.model import Node, field_text, node_from_row
 from ..live import LiveHub
+from ..llm.answer_schemas import ANSWER_SCHEMAS
 from ..llm.base import LLMClient, LLMError, Usage, complete_json
 from ..llm.prompts import system_prompt
 from ..store import Store
@@ -134,14 +135,17 @@ class LLMStage(BaseStage):
         self.live = live
 
     async def ask(self, ctx: BatchContext, task: str, user: str, *, language: str, retries: int | None = None,
-                  max_tokens: int | None = None, appendix: str = "", salvage: str | None = None) -> tuple[Any, Usage]:
+                  max_tokens: int | None = None, appendix: str = "", salvage: str | None = None,
+                  schema: dict | None = None) -> tuple[Any, Usage]:
         """One JSON task: system prompt (override-aware, with a fixed appendix), user content, repair, retry;
-        `salvage` (a list task's key) keeps the whole items of an answer cut off in every attempt."""
+        `salvage` (a list task's key) keeps the whole items of an answer cut off in every attempt; `schema`
+        is the answer's JSON Schema (default: the task's in llm/answer_schemas.py)."""
         messages = [{"role": "system", "content": system_prompt(task, ctx.setting, language, appendix)},
                     {"role": "user", "content": user}]
         retries = ctx.setting("llm.json_retries") if retries is None else retries
         value, usage = await complete_json(self.llm, messages, task=task, retries=retries,
-                                           max_tokens=max_tokens, expect=(dict, list), salvage=salvage)
+                                           max_tokens=max_tokens, expect=(dict, list), salvage=salvage,
+                                           schema=schema or ANSWER_SCHEMAS.get(task))
         if usage.salvaged:
             self.live.notice("warning", f"the memory LLM's {task} answer for messages {ctx.start}-{ctx.end} was cut "
                              f"off at its token limit and no retry came back whole; its {usage.salvaged} complete items were "

@@ -8,6 +8,7 @@ import asyncio
 import logging
 from typing import Callable
 
+from ..llm.answer_schemas import ANSWER_SCHEMAS
 from ..llm.base import LLMError, complete_json
 from ..llm.prompts import system_prompt
 from ..pipeline.prompting import as_list, memory_line, norm_key
@@ -33,7 +34,7 @@ async def rerank(llm, scored: list, *, query: str, recent: list[str], max_memori
     try:
         async with asyncio.timeout(setting("recall.rerank_timeout_s")):
             value, _ = await complete_json(llm, messages, task="rerank", retries=0,
-                                           max_tokens=max(128, 12 * len(keys)))
+                                           max_tokens=max(128, 12 * len(keys)), schema=ANSWER_SCHEMAS["rerank"])
     except TimeoutError:
         return scored[:max_memories], f"rerank timed out after {setting('recall.rerank_timeout_s')} s"
     except LLMError as exc:
