@@ -125,7 +125,10 @@ class RelayExtension:
             async with self.http.post(self.llm_url + "/chat/completions", json={
                     "messages": request["messages"], "max_tokens": request["max_tokens"], "temperature": 0.2},
                     timeout=aiohttp.ClientTimeout(total=900)) as resp:
-                text = (await resp.json())["choices"][0]["message"]["content"]
+                answer = await resp.json()
+                if "choices" not in answer:  # as ST would: the server's own words
+                    raise RuntimeError(f"HTTP {resp.status}: {str(answer.get('error') or answer)[:250]}")
+                text = answer["choices"][0]["message"]["content"]
             await ws.send_json({"type": "relay_response", "id": request["id"], "text": text})
         except Exception as exc:  # noqa: BLE001 - reported to the sidecar like the extension does
             self.errors += 1

@@ -327,6 +327,29 @@ async def test_dead_llm_degrades_then_the_batches_are_redone(llm_sc, fake):
     assert live == fresh
 
 
+async def test_an_unreadable_answer_does_not_pause_the_llm_for_the_next_batches(llm_sc, fake):
+    """A model that answers one batch unreadably (SmolLM2-135M cut off three times in a row) is still asked
+    for the next batches: only that batch is made without it, and redone after the retry pause. Before, one
+    such answer paused the LLM like an outage, and a bulk ingest made the next 210 messages without it."""
+    chat = make_chat(random.Random(7), 3)
+    await full_sync(llm_sc, "c", chat)
+    attempts = llm_sc.settings["llm.json_retries"] + 2  # the extraction's own retries for unreadable answers
+    fake.garbage = attempts
+    await llm_sc.processor.process_chat("c")
+    status = await llm_sc.chats.status("c")
+    assert status["processed_upto"] == 5 and status["degraded_from"] == 0
+    assert fake.tasks().count("extract") == attempts + 2  # the two later batches asked, and answered
+    assert llm_nodes(await snapshot(llm_sc, "c"), "event")
+    await llm_sc.processor.process_chat("c")  # inside the retry pause: the failed batch is not redone yet
+    assert (await llm_sc.chats.status("c"))["degraded_from"] == 0
+    assert fake.tasks().count("extract") == attempts + 2
+    llm_sc.memory_llm.health.reset()  # the pause is over
+    await llm_sc.processor.process_chat("c")
+    live = await snapshot(llm_sc, "c")
+    assert (await llm_sc.chats.status("c"))["degraded_from"] is None
+    assert live == await ingest(llm_sc, "fresh", chat)
+
+
 @pytest.mark.parametrize("fault, words, not_words", [
     ("garbage", "the memory LLM answered, but not with JSON the sidecar can read", "unreachable"),
     ("dead", "the memory LLM is unreachable", "not with JSON"),

@@ -107,7 +107,7 @@ class BatchContext:
     def skip_llm(self, error: LLMError) -> None:
         """An LLM task of this batch failed and was skipped: the batch will be redone when the LLM answers."""
         self.degraded = self.degraded or error.message
-        self.runner.llm_health.mark_down()
+        self.runner.llm_health.failed(error)
 
     async def write(self, fn: Callable[[ChangeSet], Any], reason: str,
                     msg_range: tuple[int, int] | None = None) -> Any:
@@ -291,7 +291,7 @@ class BatchRunner:
             except LLMError as exc:
                 if not degrade:
                     raise
-                self.llm_health.mark_down()
+                self.llm_health.failed(exc)
                 what, ctx.degraded = failure_kind(exc), exc.message
         active = [s for s in stages if not getattr(s, "needs_llm", False)]
         ctx.data.clear()

@@ -107,7 +107,7 @@ class ChatProcessor:
     async def _redo_degraded(self, chat_id: str) -> bool:
         """Batches made while the LLM was down are undone (exactly, from the journal) and processed
         again, now that it may answer. True if there was something to redo."""
-        if self.settings.get("llm.mode", chat_id) == "none" or self.memory_llm.health.down():
+        if self.settings.get("llm.mode", chat_id) == "none" or not self.memory_llm.health.redo_due():
             return False
         start = await self._undo_from(chat_id, "degraded_from", "redo without LLM")
         if start is None:
@@ -134,7 +134,7 @@ class ChatProcessor:
 
     async def wake_degraded(self) -> None:
         """When the LLM's retry time has come, queue the chats with batches made without it."""
-        if self.memory_llm.health.down() or self.settings["llm.mode"] == "none":
+        if not self.memory_llm.health.redo_due() or self.settings["llm.mode"] == "none":
             return
         if await self.store.write(queue_degraded_chats):
             self.wake_worker()
