@@ -137,7 +137,8 @@ SETTINGS: tuple[Setting, ...] = (
       "When the memory LLM is unreachable, process messages without it (heuristic memories, directives) and "
       "redo those batches once it answers again; off: wait (the job is retried, then parked).", per_chat=True),
     S("llm.redo_degraded_after_s", 300.0, "float",
-      "How often to try redoing batches made while the LLM was down, in seconds.", min=5, max=86400),
+      "How often to try redoing batches made without the LLM (it was down, or its answer unreadable), in seconds.",
+      min=5, max=86400),
     S("llm.relay_timeout_s", 600.0, "float",
       "llm.mode = relay: how long to wait for the extension to answer one request of llm.max_tokens, in seconds "
       "(a request for more tokens, such as a cut answer's retry, waits in proportion). Long enough for a local "
