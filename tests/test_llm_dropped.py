@@ -71,3 +71,25 @@ async def test_left_out_evolution_is_counted(llm_sc, fake, mode, caplog):
     assert dropped["bad_reference"] >= 2 and dropped["locked"] >= 1, dropped
     assert any(r.getMessage().startswith("evolve answer for chat c") and "left out" in r.getMessage()
                for r in caplog.records)
+
+
+# What SmolLM2-135M wrote when held to the answer schema (the real-model run, issue 20 item 9): the right
+# shape, no words of its own. None of it is a memory; a real text beside it is.
+SAYS_NOTHING = {"operations": [
+    {"op": "create", "type": "event", "fields": {"summary": "M1", "title": "M1", "status": "completed"}},
+    {"op": "create", "type": "event", "fields": {"summary": "][", "title": "]["}},
+    {"op": "create", "type": "event", "fields": {"title": "...", "summary": "..."}},
+    {"op": "create", "type": "event", "fields": {"summary": "M1, M2, N1,N3,M4"}},
+    {"op": "create", "type": "event", "fields": {"summary": "}}]}\n#45 [user Alex]: 我递给沈砚一杯茶"}},
+    {"op": "create", "type": "event", "fields": {"title": "M2", "summary": "Elena hides the brass key"}},
+]}
+
+
+async def test_a_memory_that_says_nothing_is_left_out(llm_sc, fake):
+    fake.overrides["extract"] = SAYS_NOTHING
+    await full_sync(llm_sc, "c", CHAT)
+    await llm_sc.processor.process_chat("c")
+    events = [orjson.loads(n[1]) for n in llm_nodes(await snapshot(llm_sc, "c"), "event")]
+    assert events == [{"summary": "Elena hides the brass key", "title": "Elena hides the brass ke"}]  # its title was a key
+    usage = (await llm_sc.health.report())["llm"]["usage"]
+    assert usage["dropped"] == {"extract": {"says_nothing": 5}}

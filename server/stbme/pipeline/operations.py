@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import re
 from typing import Any
 
 import orjson
@@ -22,6 +23,23 @@ from .prompting import KeyMap, as_list, clean_fields, norm_key
 CREATABLE = ("event", "character", "location", "rule", "thread")
 NAMED_TYPES = ("character", "location", "entity")
 MAX_OPS = 24
+# What a small model held to the answer schema writes when it has nothing to say: keys ("M1, M2"),
+# brackets, "...", or the prompt's own message lines (SmolLM2-135M, issue 20 item 9). Such a text is no memory.
+_KEY_TOKENS = re.compile(r"\b[MNGR]\d+\b")
+_PROMPT_ECHO = re.compile(r"#\d+ \[(?:user|assistant|system)\b")
+
+
+def says_nothing(text: str) -> bool:
+    """True for a field text that holds no words of its own (fewer than two letters once keys are left out,
+    or an echo of the prompt's message lines)."""
+    if _PROMPT_ECHO.search(text):
+        return True
+    return sum(ch.isalpha() for ch in _KEY_TOKENS.sub("", text)) < 2
+
+
+def _meaningful(fields: dict) -> dict:
+    """The fields without the texts that say nothing."""
+    return {k: v for k, v in fields.items() if not (isinstance(v, str) and says_nothing(v))}
 _OP_ALIASES = {"create": "create", "add": "create", "new": "create", "insert": "create",
                "update": "update", "edit": "update", "modify": "update", "merge": "update",
                "delete": "delete", "remove": "delete", "archive": "delete"}
@@ -189,11 +207,13 @@ class OpApplier:
             if node_id and op["ref"]:
                 self.refs[op["ref"]] = node_id
             return node_id
-        fields = clean_fields(spec.columns, op["fields"])
+        given = clean_fields(spec.columns, op["fields"])
+        fields = _meaningful(given)
         if type_ == "event" and not fields.get("title") and fields.get("summary"):
             fields["title"] = fields["summary"][:24]
         if any(not field_text(fields.get(r)) for r in spec.required):
-            self._drop("missing_field" if fields else "empty_fields")
+            self._drop(("says_nothing" if any(field_text(given.get(r)) for r in spec.required) else "missing_field")
+                       if given else "empty_fields")
             return None
         if spec.latest_only and fields.get("name"):
             existing = self._find_named(type_, fields["name"])
@@ -230,7 +250,7 @@ class OpApplier:
             self._drop("locked")
             return node.id
         spec = NODE_TYPES.get(node.type)
-        fields = clean_fields(spec.columns if spec else tuple(raw_fields), raw_fields)
+        fields = _meaningful(clean_fields(spec.columns if spec else tuple(raw_fields), raw_fields))
         diffs = [(k, field_text(node.fields.get(k)), field_text(v)) for k, v in fields.items()
                  if field_text(node.fields.get(k)) != field_text(v) and k not in ("name",)]
         changes: dict[str, Any] = {}
