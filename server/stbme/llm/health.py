@@ -25,7 +25,7 @@ class LLMHealth:
         return time.monotonic() < self.retry_at
 
     def redo_due(self) -> bool:
-        return time.monotonic() >= max(self.retry_at, self.redo_at)
+        return time.monotonic() >= self.redo_at   # mark_down moves it with retry_at
 
     def mark_down(self) -> None:
         self.retry_at = self.redo_at = time.monotonic() + self._retry_after_s()

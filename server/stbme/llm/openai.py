@@ -106,13 +106,19 @@ class OpenAIChat:
         if self.context_tokens:  # a doubled retry's max_tokens must not pass the context a 400 taught us
             our_prompt = await asyncio.to_thread(count_messages, messages)
             wanted = min(wanted, max(MIN_ANSWER_TOKENS, self._room(our_prompt)))
-        fit = {"max_tokens": wanted, "refitted": False}
+        fit = {"max_tokens": wanted, "refitted": False, "format": None}
+
+        def body() -> dict:
+            fit["format"] = self._answer_format(task, json_mode, schema)  # what this attempt asks for
+            return self._body(messages, fit["format"], fit["max_tokens"])
 
         def on_status(status: int, snippet: str) -> bool:
-            sent = self._answer_format(task, json_mode, schema)
+            sent = fit["format"]
             if status >= 400 and sent and _rejects_answer_format(snippet):
-                # Not the server's fault: asking again one format down is free.
-                self.answer_formats.remove(sent[0])
+                # Not the server's fault: asking again one format down is free. (A call in flight beside this
+                # one may have dropped the same format already.)
+                if sent[0] in self.answer_formats:
+                    self.answer_formats.remove(sent[0])
                 log.info("%s rejects response_format %s; asking with %s from now on", self.url, sent[0],
                          (self.answer_formats or ["no answer format"])[0])
                 return True
@@ -137,9 +143,7 @@ class OpenAIChat:
             fit.update(max_tokens=min(fit["max_tokens"], room), refitted=True)
             return True   # once: the same request, with an answer that fits
 
-        data = await self.http.post(
-            lambda: self._body(messages, self._answer_format(task, json_mode, schema), fit["max_tokens"]), on_status,
-                                    max_bytes=answer_byte_limit(wanted))
+        data = await self.http.post(body, on_status, max_bytes=answer_byte_limit(wanted))
         return self._parse(data)
 
     def _parse(self, data: object) -> tuple[str, str | None]:

@@ -35,7 +35,7 @@ monday tuesday wednesday thursday friday saturday sunday january february march 
 september october november december god ooc let lets good great nice fine sure right left first last next
 """.split()) | STOPWORDS
 _ENTITY_TYPES = ("character", "entity", "location")
-# English contractions and the possessive: "I'm", "It's" and "We'll" are no names, "Dorian's" is Dorian's
+# English contractions and the possessive: "I'm", "It's" and "We'll" are no names, "Dorian's" is Dorian
 # (the real-model run's heuristic layer showed the LLM entities named "I'm" and "It's", issue 20 item 9).
 _NEGATION = re.compile(r"n't$", re.I)
 _CLITIC = re.compile(r"^(.+?)'(?:s|m|ll|re|ve|d)$", re.I)

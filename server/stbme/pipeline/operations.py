@@ -40,6 +40,8 @@ def says_nothing(text: str) -> bool:
 def _meaningful(fields: dict) -> dict:
     """The fields without the texts that say nothing."""
     return {k: v for k, v in fields.items() if not (isinstance(v, str) and says_nothing(v))}
+
+
 _OP_ALIASES = {"create": "create", "add": "create", "new": "create", "insert": "create",
                "update": "update", "edit": "update", "modify": "update", "merge": "update",
                "delete": "delete", "remove": "delete", "archive": "delete"}
@@ -212,8 +214,8 @@ class OpApplier:
         if type_ == "event" and not fields.get("title") and fields.get("summary"):
             fields["title"] = fields["summary"][:24]
         if any(not field_text(fields.get(r)) for r in spec.required):
-            self._drop(("says_nothing" if any(field_text(given.get(r)) for r in spec.required) else "missing_field")
-                       if given else "empty_fields")
+            said = any(field_text(given.get(r)) for r in spec.required)
+            self._drop("empty_fields" if not given else "says_nothing" if said else "missing_field")
             return None
         if spec.latest_only and fields.get("name"):
             existing = self._find_named(type_, fields["name"])
