@@ -5,6 +5,7 @@ deletes and swipes the memories equal a fresh ingest (with the same scripted ans
 from __future__ import annotations
 
 import random
+import re
 
 import orjson
 import pytest
@@ -13,7 +14,7 @@ from conftest import full_sync, recall
 from llm_fixtures import fake, llm_sc, llm_settings  # noqa: F401
 from stbme.llm.base import LLMError
 from stbme.llm.answer_schemas import ANSWER_SCHEMAS
-from stbme.pipeline.extract import ANSWER_SCHEMA, smart_score, strip_tags
+from stbme.pipeline.extract import ANSWER_SCHEMA, smart_score, strip_tags, unread_from
 from stbme.pipeline.operations import CREATABLE, canonical_type, parse_operations
 from stbme.pipeline.sync import Message
 from stbme.services import Services
@@ -348,6 +349,69 @@ async def test_an_unreadable_answer_does_not_pause_the_llm_for_the_next_batches(
     live = await snapshot(llm_sc, "c")
     assert (await llm_sc.chats.status("c"))["degraded_from"] is None
     assert live == await ingest(llm_sc, "fresh", chat)
+
+
+def extract_reads(fake) -> list[list[int]]:
+    """The message indexes each extraction call was asked to extract from, call by call."""
+    return [[int(i) for i in re.findall(r"^#(\d+) \[", c["body"]["messages"][1]["content"].split(
+        "## NEW messages")[1], re.M)] for c in fake.calls if c["task"] == "extract"]
+
+
+async def test_a_batch_after_a_degraded_one_reads_only_its_own_messages(llm_sc, fake):
+    """The batch after one made without the LLM does not reach back over it: that batch is redone by itself
+    later, so reading it again doubled the prompt for an answer the redo throws away."""
+    await full_sync(llm_sc, "c", make_chat(random.Random(7), 3))
+    fake.garbage = llm_sc.settings["llm.json_retries"] + 2  # every attempt of the first batch unreadable
+    await llm_sc.processor.process_chat("c")
+    assert (await llm_sc.chats.status("c"))["degraded_from"] == 0
+    assert extract_reads(fake)[-2:] == [[2, 3], [4, 5]]
+
+
+async def test_after_an_outage_the_redo_comes_before_new_batches(llm_sc, fake):
+    """Messages that came during an outage are processed after the degraded batches are redone, each batch
+    reading its own messages: before, the first new batch asked the LLM about the whole degraded range
+    (43,517 tokens after one outage with the local model), and the redo then undid that answer."""
+    chat = make_chat(random.Random(7), 5)
+    await full_sync(llm_sc, "c", chat[:6])
+    fake.statuses = [500] * 1000
+    await llm_sc.processor.process_chat("c")
+    assert (await llm_sc.chats.status("c"))["degraded_from"] == 0
+    await full_sync(llm_sc, "c", chat)  # the chat went on meanwhile
+    fake.statuses = []
+    fake.calls.clear()
+    llm_sc.memory_llm.health.reset()  # the pause is over
+    await llm_sc.processor.process_chat("c")
+    assert extract_reads(fake) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    assert (await llm_sc.chats.status("c"))["degraded_from"] is None
+    assert await snapshot(llm_sc, "c") == await ingest(llm_sc, "fresh", chat)
+
+
+def test_the_extraction_reads_back_only_as_far_as_its_groups_reach():
+    assert unread_from(10, None, 14, 3) == 11  # the replies it was not due for yet
+    assert unread_from(13, None, 14, 3) == 14
+    assert unread_from(-1, None, 2000, 3) == 2000 - 6 - 16  # llm.mode was none: not the whole history
+    assert unread_from(-1, 4, 8, 1) == 8  # a degraded batch is redone by itself
+    assert unread_from(9, 12, 10, 1) == 10  # degraded later than this batch: an ordinary batch
+
+
+async def test_an_llm_switched_on_later_reads_the_recent_messages_not_the_whole_chat(tmp_path, embedder, fake):
+    """A chat made with `llm.mode none` whose LLM is switched on: the first call reads the new batch and
+    the replies just before it, not the whole history in one prompt (which overflowed the answer)."""
+    chat = make_chat(random.Random(5), 30)
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings={"llm.mode": "none"})
+    try:
+        await full_sync(sc, "c", chat[:56])
+        await sc.processor.process_chat("c")
+    finally:
+        await sc.close()
+    sc = Services.open(tmp_path / "d", embedder=embedder, cli_settings=llm_settings(fake))
+    try:
+        await full_sync(sc, "c", chat)
+        await sc.processor.process_chat("c")
+    finally:
+        await sc.close()
+    reads = extract_reads(fake)
+    assert reads[0] == list(range(56 - 2 - 16, 58)) and reads[1:] == [[58, 59]]
 
 
 @pytest.mark.parametrize("fault, words, not_words", [

@@ -33,7 +33,7 @@ from ..patterns import matches, split_patterns
 from ..store.events import record_event
 from ..store.queries import chat_row
 from ..tokens import truncate_to_tokens
-from .batch import BatchContext, batch_end
+from .batch import MAX_BATCH_MESSAGES, BatchContext, batch_end
 from .evolve import EvolutionCounts
 from .heuristic import remove_tag_blocks
 from .operations import CREATABLE, MAX_OPS, NAMED_TYPES, OpApplier, parse_operations
@@ -87,6 +87,17 @@ def smart_score(messages: list[Message], patterns: str) -> int:
     return score
 
 
+def unread_from(llm_upto: int, degraded_from: int | None, start: int, every: int) -> int:
+    """The first message the extraction reads, for a batch starting at `start`: every message since the
+    LLM last read the chat (with `extract.every`, the replies it was not due for yet), but no further back
+    than its groups can reach. Messages from `degraded_from` on are redone by their own batches (a read
+    over them would be undone with them), and a chat whose LLM was off (`llm.mode none`, llm_upto -1)
+    must not send its whole history in one prompt."""
+    if degraded_from is not None and degraded_from <= start:
+        return start
+    return max(min(llm_upto + 1, start), start - 2 * every - MAX_BATCH_MESSAGES)
+
+
 class ExtractStage(LLMStage):
     name = "extract"
 
@@ -110,8 +121,8 @@ class ExtractStage(LLMStage):
         """One call over every message since the LLM's last run, when that is due (the per-message memories
         are made for every batch meanwhile)."""
         ctx.data["extract"] = None
-        llm_upto = await self.store.read(lambda conn: chat_row(conn, ctx.chat_id)["llm_upto"])
-        llm_from = min(llm_upto + 1, ctx.start)
+        row = await self.store.read(lambda conn: chat_row(conn, ctx.chat_id))
+        llm_from = unread_from(row["llm_upto"], row["degraded_from"], ctx.start, ctx.setting("extract.every"))
         pending = ctx.messages if llm_from == ctx.start else await self.store.read(
             lambda conn: load_messages(conn, ctx.chat_id, llm_from, ctx.end))
         if not self._due(pending, ctx.setting):

@@ -85,7 +85,9 @@ class ChatProcessor:
         batches = 0
         # A batch a crash or a failure left half-done is undone first and runs again below.
         await self._undo_from(chat_id, "unfinished_from", "an unfinished batch is redone")
-        redo_tried = False
+        # Batches made without the LLM are redone before new ones once it may answer: a new batch would
+        # otherwise start where the LLM last read, before the degraded ones, and be undone with them.
+        redo_tried = await self._redo_degraded(chat_id)
         defer = self.memory_llm.mode == "none"
         with self.embedding.deferred(chat_id, defer):
             while True:
