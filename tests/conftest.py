@@ -291,7 +291,9 @@ class StbmeProcess:
         wait_for_sync(self.answers, f"stbme {self.command} to answer /health", timeout=timeout)
         return self.url
 
-    def stop(self, timeout: float = 20, sig=signal.SIGTERM) -> None:
+    def stop(self, timeout: float = DEADLINE_S, sig=signal.SIGTERM) -> None:
+        # A graceful stop gets the shared deadline: a busy machine may take long to checkpoint and exit, and a
+        # kill after a short wait leaves the WAL behind (what test_store checks is not there).
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
@@ -305,7 +307,7 @@ class StbmeProcess:
 
 
 @contextlib.contextmanager
-def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = 20, log_path=None, args=()):
+def serve_process(data_dir, *, command: str = "serve", stop_timeout: float = DEADLINE_S, log_path=None, args=()):
     """`stbme serve` (or `stbme hub`) as a subprocess over `data_dir`: yields its base URL once /health
     answers, then stops it (SIGTERM, SIGKILL after `stop_timeout`). `log_path`: its stderr (the log) goes
     to that file; `args`: more command-line arguments."""
