@@ -104,8 +104,8 @@ def turn_bodies(chat: RoleplayChat, start: int, end: int, every: int = 2):
 class RelayExtension:
     """Plays the ST extension's relay on the live WebSocket: each relay_request goes to the model."""
 
-    def __init__(self, http: aiohttp.ClientSession, sidecar: str, llm_url: str):
-        self.http, self.sidecar, self.llm_url = http, sidecar, llm_url
+    def __init__(self, http: aiohttp.ClientSession, sidecar: str, llm_url: str, *, schema: bool = True):
+        self.http, self.sidecar, self.llm_url, self.schema = http, sidecar, llm_url, schema
         self.requests, self.errors = 0, 0
         self.shapes: collections.Counter = collections.Counter()
 
@@ -121,10 +121,16 @@ class RelayExtension:
                 asyncio.create_task(self.answer(ws, data))
 
     async def answer(self, ws, request: dict) -> None:
-        try:  # as ST's generateRaw would: the messages as given, the request's max_tokens, no JSON mode
-            async with self.http.post(self.llm_url + "/chat/completions", json={
-                    "messages": request["messages"], "max_tokens": request["max_tokens"], "temperature": 0.2},
-                    timeout=aiohttp.ClientTimeout(total=900)) as resp:
+        # As ST's generateRaw would on a Chat Completion custom source: the messages as given, the request's
+        # max_tokens, and the request's schema as the json_schema response_format (chat-completions.js turns
+        # generateRaw's jsonSchema into it); --no-relay-schema: what an extension before it sent, plain text.
+        body = {"messages": request["messages"], "max_tokens": request["max_tokens"], "temperature": 0.2}
+        if self.schema and isinstance(request.get("schema"), dict):
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": f"stbme_{request['task']}", "strict": False, "schema": request["schema"]}}
+        try:
+            async with self.http.post(self.llm_url + "/chat/completions", json=body,
+                                      timeout=aiohttp.ClientTimeout(total=900)) as resp:
                 answer = await resp.json()
                 if "choices" not in answer:  # as ST would: the server's own words
                     raise RuntimeError(f"HTTP {resp.status}: {str(answer.get('error') or answer)[:250]}")
@@ -179,9 +185,12 @@ async def graph_checks(http, messages: int) -> dict:
 @click.option("--timeout", default=4 * 3600.0, show_default=True, help="Give up waiting after this many seconds.")
 @click.option("--seed", default=5, show_default=True)
 @click.option("--max-tokens", type=int, default=None, help="llm.max_tokens (default: the product's default).")
-def main(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens):
+@click.option("--relay-schema/--no-relay-schema", default=True, show_default=True,
+              help="The relayed requests ask the model for the request's schema, as the extension on Chat Completion does.")
+def main(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens, relay_schema):
     model = model or find_model(llama_python)
-    asyncio.run(run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens))
+    asyncio.run(run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens,
+                    relay_schema))
 
 
 async def sample_load(samples: list[float]) -> None:
@@ -191,7 +200,8 @@ async def sample_load(samples: list[float]) -> None:
         await asyncio.sleep(30)
 
 
-async def run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens):
+async def run(llama_python, model, messages, relay_messages, threads, ctx, timeout, seed, max_tokens,
+              relay_schema=True):
     settings = {**SETTINGS, **({"llm.max_tokens": max_tokens} if max_tokens else {})}
     loads: list[float] = []
     load_task = asyncio.create_task(sample_load(loads))
@@ -221,7 +231,7 @@ async def run(llama_python, model, messages, relay_messages, threads, ctx, timeo
             say(f"openai mode done in {time.monotonic() - started:.0f} s: processed_upto {status['processed_upto']}")
             async with http.get("/health") as resp:
                 usage_openai = (await resp.json())["llm"]["usage"]
-            relay = RelayExtension(http, base, llm_url)
+            relay = RelayExtension(http, base, llm_url, schema=relay_schema)
             relay_task = asyncio.create_task(relay.run())
             async with http.put("/v1/settings", json={"settings": {"llm.mode": "relay"}}) as resp:
                 assert resp.status == 200, await resp.text()

@@ -15,6 +15,7 @@ from stbme.api.app import create_app
 from stbme.api.keys import services_key
 from stbme.llm.base import LLMError
 from stbme.llm.relay import RelayChannel
+from stbme.pipeline.extract import ANSWER_SCHEMA as EXTRACT_SCHEMA
 from llm_fixtures import PER_MESSAGE
 from test_sync_rollback import make_chat
 
@@ -61,6 +62,8 @@ async def test_relay_runs_extraction_through_the_extension(relay_client):
     assert await llm_node_count(sc) > 0
     assert served[0]["task"] == "extract" and served[0]["max_tokens"] == 1200
     assert served[0]["messages"][0]["role"] == "system"
+    # the answer's shape goes with it, as the openai client sends it (the extension hands it to generateRaw)
+    assert served[0]["schema"] == EXTRACT_SCHEMA and served[0]["schema"]["required"] == ["operations"]
     health = await (await relay_client.get("/health")).json()
     assert health["llm"]["relay_clients"] == 1 and health["llm"]["usage"]["tasks"]["extract"]["calls"] >= 2
     await ws.close()
@@ -175,7 +178,7 @@ async def test_a_request_for_more_tokens_waits_in_proportion():
     waits = []
 
     class Channel(RelayChannel):
-        async def request(self, messages, *, task, max_tokens, timeout_s):
+        async def request(self, messages, *, task, max_tokens, timeout_s, schema=None):
             waits.append((max_tokens, timeout_s))
             return '{"summary": "fine"}'
 

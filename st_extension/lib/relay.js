@@ -38,17 +38,49 @@ export function isRequestFor(generateData, needle) {
 }
 
 /**
+ * The connection a structured answer was tried on: the API, the Chat Completion source and the model ST shows.
+ * @param {object} context ST's context
+ */
+export function connectionKey(context) {
+    return [context?.mainApi, context?.chatCompletionSettings?.chat_completion_source, context?.onlineStatus]
+        .map(part => String(part ?? '')).join('|');
+}
+
+/**
+ * Whether a structured answer from `generateRaw(…, jsonSchema)` holds JSON. ST reads the connection's
+ * answer as JSON and, when it cannot (a provider that ignored the schema and wrote prose or a fenced block),
+ * returns '{}' (script.js `extractJsonFromData`); every memory task's schema requires at least one key.
+ * @param {unknown} text
+ */
+export function holdsStructuredAnswer(text) {
+    if (typeof text !== 'string') return false;
+    try {
+        const value = JSON.parse(text);
+        return value !== null && typeof value === 'object' && Object.keys(value).length > 0;
+    } catch {
+        return false;
+    }
+}
+
+/**
  * Run one relayed request with `generateRaw` from `SillyTavern.getContext()`. Handles ST's object
- * signature (1.13+: `generateRaw({prompt, systemPrompt, responseLength})`) and the older positional one.
- * @param {object} request `{id, task, messages, max_tokens}` from the sidecar
+ * signature (1.13+: `generateRaw({prompt, systemPrompt, responseLength, jsonSchema})`) and the older
+ * positional one.
+ * @param {object} request `{id, task, messages, max_tokens, schema?}` from the sidecar
  * @param {() => object} getContext returns ST's context (`SillyTavern.getContext`)
- * @param {{length?: 'request'|'argument'|'none'}} [options] how the request gets `max_tokens`:
+ * @param {object} [options]
+ * @param {'request'|'argument'|'none'} [options.length] how the request gets `max_tokens`:
  *   'request' sets it on this request's body in CHAT_COMPLETION_SETTINGS_READY (Chat Completion; ST's
  *   settings untouched), 'argument' passes generateRaw's responseLength (ST's global changes meanwhile),
  *   'none' leaves ST's length
+ * @param {boolean} [options.structured] the connection is Chat Completion, where ST asks for the request's
+ *   `schema` (response_format, or Claude's forced tool) and reads the answer back; on other APIs ST returns
+ *   '{}' for any answer to a schema, so it is never sent there
+ * @param {Set<string>} [options.schemaRefused] connections (connectionKey) whose structured answer held no
+ *   JSON: they are asked for plain text from then on; a connection that fails is added to it
  * @returns {Promise<object>} the `relay_response` to send back
  */
-export async function runRelayRequest(request, getContext, { length = 'argument' } = {}) {
+export async function runRelayRequest(request, getContext, { length = 'argument', structured = false, schemaRefused = new Set() } = {}) {
     const id = request?.id;
     let hook = { applied: false, remove: () => {} };
     try {
@@ -60,9 +92,38 @@ export async function runRelayRequest(request, getContext, { length = 'argument'
         let responseLength;
         if (maxTokens && length === 'argument') responseLength = maxTokens;
         if (maxTokens && length === 'request') hook = hookRequestLength(context, prompt, maxTokens);
+        const objectSignature = generateRaw.length <= 1;
+        const connection = connectionKey(context);
+        const schema = request.schema;
+        const jsonSchema = objectSignature && structured && schema && typeof schema === 'object' && !Array.isArray(schema)
+            && !schemaRefused.has(connection)
+            ? { name: `stbme_${String(request.task ?? 'answer').replace(/\W/g, '_')}`, value: schema, strict: false }
+            : null;
         let text;
-        if (generateRaw.length <= 1) {
-            text = await generateRaw({ prompt, systemPrompt, responseLength });
+        if (objectSignature) {
+            const plain = () => generateRaw({ prompt, systemPrompt, responseLength });
+            let structuredText = null;
+            let refusal = 'gave no JSON for';
+            if (jsonSchema) {
+                try {
+                    structuredText = await generateRaw({ prompt, systemPrompt, responseLength, jsonSchema });
+                } catch (error) {
+                    if (error?.name === 'AbortError') throw error;   // stopped by the user: no second request
+                    refusal = `failed (${String(error?.message ?? error).slice(0, 120)}) on`;
+                }
+            }
+            if (holdsStructuredAnswer(structuredText)) {
+                text = structuredText;
+            } else {
+                // No schema, or the connection could not answer one (an error, or an answer ST could not read as
+                // JSON and handed back as '{}'): plain text, which the sidecar reads tolerantly. A connection
+                // that answers as plain text is asked that way from now on.
+                text = await plain();
+                if (jsonSchema) {
+                    schemaRefused.add(connection);
+                    console.warn(`ST-BME: the current connection (${connection}) ${refusal} a structured request; memory tasks ask it for plain text from now on`);
+                }
+            }
         } else {
             const flat = typeof prompt === 'string' ? prompt : prompt.map(m => m.content).join('\n\n');
             text = await generateRaw(flat, null, false, false, systemPrompt, responseLength);

@@ -2,7 +2,8 @@
 // through ST's `generateRaw`, so no second API key is needed. The user's generation settings are never
 // changed under a chat generation: on Chat Completion the relayed request carries its own length; on
 // other APIs (where ST 1.12.6 can only pass a length through its global) relayed requests and chat
-// generations take turns (lib/generation_gate.js).
+// generations take turns (lib/generation_gate.js). On Chat Completion the answer's JSON Schema goes to
+// generateRaw too (ST 1.13+), so the connection is held to the shape the sidecar reads.
 
 import { GenerationGate } from '../lib/generation_gate.js';
 import { runRelayRequest } from '../lib/relay.js';
@@ -40,12 +41,15 @@ export function createRelayRunner() {
         if (et[name]) c.eventSource.on(et[name], () => gate.chatSettled());
     }
 
+    // Connections whose structured answers held no JSON, for this page's life (a reload tries them again).
+    const schemaRefused = new Set();
     return async request => {
         const context = await relayContext();
         const types = context.eventTypes ?? context.event_types ?? {};
-        if (context.mainApi === 'openai' && types.CHAT_COMPLETION_SETTINGS_READY) {
-            return runRelayRequest(request, () => context, { length: 'request' });
+        const structured = context.mainApi === 'openai';
+        if (structured && types.CHAT_COMPLETION_SETTINGS_READY) {
+            return runRelayRequest(request, () => context, { length: 'request', structured, schemaRefused });
         }
-        return gate.runExclusive(() => runRelayRequest(request, () => context, { length: 'argument' }));
+        return gate.runExclusive(() => runRelayRequest(request, () => context, { length: 'argument', structured, schemaRefused }));
     };
 }

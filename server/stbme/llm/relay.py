@@ -2,7 +2,8 @@
 connected ST extension, which runs it on the user's current SillyTavern connection and answers.
 
 Protocol (docs/api.md, live channel):
-  server -> client  {"type": "relay_request", "id", "task", "messages": [{role, content}], "max_tokens"}
+  server -> client  {"type": "relay_request", "id", "task", "messages": [{role, content}], "max_tokens",
+                     "schema" (the answer's JSON Schema, when the task has one)}
   client -> server  {"type": "relay_response", "id", "text"}  or  {"type": "relay_response", "id", "error"}
 
 A request goes to one client session (the newest relay client) under an unguessable id; only that session's
@@ -78,7 +79,8 @@ class RelayChannel:
             fut.set_exception(LLMError("the extension's relay_response had neither 'text' nor 'error'"))
         return True
 
-    async def request(self, messages: list[dict], *, task: str, max_tokens: int, timeout_s: float) -> str:
+    async def request(self, messages: list[dict], *, task: str, max_tokens: int, timeout_s: float,
+                      schema: dict | None = None) -> str:
         if not self._peers:
             raise LLMError("llm.mode is relay but no SillyTavern extension is connected to the sidecar; open "
                            "SillyTavern with the ST-BME extension enabled (the job is parked and resumes when it "
@@ -88,8 +90,11 @@ class RelayChannel:
         fut = asyncio.get_running_loop().create_future()
         self._pending[req_id] = (peer, fut)
         try:
-            self._peers[peer]({"type": "relay_request", "id": req_id, "task": task, "messages": messages,
-                               "max_tokens": max_tokens})
+            request = {"type": "relay_request", "id": req_id, "task": task, "messages": messages,
+                       "max_tokens": max_tokens}
+            if schema is not None:
+                request["schema"] = schema
+            self._peers[peer](request)
             async with asyncio.timeout(timeout_s):
                 return await fut
         except TimeoutError:
@@ -116,15 +121,17 @@ class RelayLLM:
 
     async def complete(self, messages: list[dict], *, task: str, json_mode: bool = True,
                        max_tokens: int | None = None, schema: dict | None = None) -> LLMResult:
-        # `schema` is not relayed: a relay_request carries the messages and max_tokens, and the extension asks
-        # ST's generation for plain text (the answer is read tolerantly, as from any model).
+        # The schema goes with the request: on Chat Completion the extension hands it to ST's generateRaw, which
+        # asks the connection for structured output (response_format, Claude's forced tool); elsewhere ST cannot
+        # pass it and the answer is plain text. Either way it is read tolerantly, as from any model.
         max_tokens = max_tokens or self.max_tokens
         # llm.relay_timeout_s is for an answer of llm.max_tokens: a model writes at its own pace, so a request
         # for twice the tokens (a cut answer's retry) may take twice as long.
         timeout_s = self.timeout_s * max(1.0, max_tokens / max(1, self.max_tokens))
         async with self._gate:
             try:
-                text = await self.channel.request(messages, task=task, max_tokens=max_tokens, timeout_s=timeout_s)
+                text = await self.channel.request(messages, task=task, max_tokens=max_tokens, timeout_s=timeout_s,
+                                                  schema=schema if json_mode else None)
                 if len(text) > answer_byte_limit(max_tokens):
                     raise LLMAnswerError(f"the relayed {task} answer has {len(text)} characters, more than a "
                                          f"{max_tokens}-token answer can; the ST connection ignored max_tokens")

@@ -124,3 +124,100 @@ test('a request body it cannot recognise keeps ST\'s length and says so', async 
     assert.equal(st.oai.openai_max_tokens, 300);
     assert.match(warnings.join('\n'), /own response length/);
 });
+
+const SCHEMA = { type: 'object', properties: { operations: { type: 'array' } }, required: ['operations'] };
+
+/**
+ * ST 1.13+ generateRaw over a Chat Completion model that writes `modelText`: with a jsonSchema, script.js
+ * reads the answer as JSON and hands back '{}' when it cannot (extractJsonFromData); without, the text.
+ */
+function structuredSt(modelText, { onlineStatus = 'gpt-4o-mini', mainApi = 'openai' } = {}) {
+    const st = { mainApi, onlineStatus, chatCompletionSettings: { chat_completion_source: 'openai' }, calls: [] };
+    st.generateRaw = async (opts) => {
+        st.calls.push(opts);
+        if (!opts.jsonSchema) return modelText;
+        try { return JSON.stringify(JSON.parse(modelText) ?? {}); } catch { return '{}'; }
+    };
+    return st;
+}
+
+test('on Chat Completion the schema goes to generateRaw as its jsonSchema', async () => {
+    const st = structuredSt('{"operations": [{"op": "delete", "id": "M1"}]}');
+    const reply = await runRelayRequest({ id: 's1', task: 'extract', messages: MESSAGES, max_tokens: 900, schema: SCHEMA },
+        () => st, { structured: true });
+    assert.deepEqual(reply, { type: 'relay_response', id: 's1', text: '{"operations":[{"op":"delete","id":"M1"}]}' });
+    assert.equal(st.calls.length, 1);
+    assert.deepEqual(st.calls[0].jsonSchema, { name: 'stbme_extract', value: SCHEMA, strict: false });
+});
+
+test('no schema where ST cannot read a structured answer back: other APIs, the positional generateRaw, a task without one', async () => {
+    const textCompletion = structuredSt('{"operations": []}', { mainApi: 'textgenerationwebui' });
+    await runRelayRequest({ id: 's2', task: 'extract', messages: MESSAGES, schema: SCHEMA }, () => textCompletion, { structured: false });
+    assert.ok(!('jsonSchema' in textCompletion.calls[0]), 'ST answers "{}" to any schema on text completion');
+
+    const noSchema = structuredSt('{"summary": "They met."}');
+    await runRelayRequest({ id: 's3', task: 'summary', messages: MESSAGES }, () => noSchema, { structured: true });
+    assert.ok(!('jsonSchema' in noSchema.calls[0]));
+
+    const positional = [];
+    // eslint-disable-next-line no-unused-vars
+    async function generateRaw(prompt, api, instruct, quietToLoud, systemPrompt, length) { positional.push([...arguments]); return 'ok'; }
+    const reply = await runRelayRequest({ id: 's4', task: 'extract', messages: MESSAGES, schema: SCHEMA }, () => ({ generateRaw, mainApi: 'openai' }), { structured: true });
+    assert.equal(reply.text, 'ok');
+    assert.equal(positional[0].length, 6, 'ST 1.12.6 takes no schema: the call is unchanged');
+    assert.ok(positional[0].every(a => typeof a !== 'object' || a === null), JSON.stringify(positional[0]));
+});
+
+test('a connection whose structured answer holds no JSON is asked again for text, and for text from then on', async () => {
+    const schemaRefused = new Set();
+    const fenced = '```json\n{"operations": []}\n```';   // a provider that ignored the schema
+    const st = structuredSt(fenced);
+    const warnings = [];
+    const warn = console.warn;
+    console.warn = message => warnings.push(String(message));
+    try {
+        const first = await runRelayRequest({ id: 's5', task: 'extract', messages: MESSAGES, schema: SCHEMA }, () => st,
+            { structured: true, schemaRefused });
+        assert.equal(first.text, fenced, 'the plain answer, which the sidecar reads tolerantly, not ST\'s "{}"');
+        assert.deepEqual(st.calls.map(c => Boolean(c.jsonSchema)), [true, false]);
+        await runRelayRequest({ id: 's6', task: 'extract', messages: MESSAGES, schema: SCHEMA }, () => st, { structured: true, schemaRefused });
+        assert.deepEqual(st.calls.map(c => Boolean(c.jsonSchema)), [true, false, false], 'remembered: one call, no schema');
+    } finally {
+        console.warn = warn;
+    }
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0], /no JSON for a structured request/);
+
+    const otherModel = structuredSt('{"operations": []}', { onlineStatus: 'claude-3-5-sonnet' });
+    await runRelayRequest({ id: 's7', task: 'extract', messages: MESSAGES, schema: SCHEMA }, () => otherModel, { structured: true, schemaRefused });
+    assert.ok(otherModel.calls[0].jsonSchema, 'another connection is still asked with the schema');
+});
+
+test('a connection that rejects the schema is asked again without it; a stop by the user is not', async () => {
+    const schemaRefused = new Set();
+    const calls = [];
+    const generateRaw = async (opts) => {
+        calls.push(Boolean(opts.jsonSchema));
+        if (opts.jsonSchema) throw new Error('400: response_format json_schema is not supported by this model');
+        return '{"operations": []}';
+    };
+    const st = { mainApi: 'openai', onlineStatus: 'some-model', generateRaw };
+    const warn = console.warn;
+    console.warn = () => {};
+    try {
+        const reply = await runRelayRequest({ id: 's8', task: 'extract', messages: MESSAGES, schema: SCHEMA }, () => st, { structured: true, schemaRefused });
+        assert.equal(reply.text, '{"operations": []}');
+        assert.deepEqual(calls, [true, false]);
+        assert.ok(schemaRefused.has('openai||some-model'));
+
+        const stopped = [];
+        const abort = Object.assign(new Error('Cancelled by extension'), { name: 'AbortError' });
+        const stoppedSt = { mainApi: 'openai', onlineStatus: 'other', generateRaw: async (opts) => { stopped.push(opts); throw abort; } };
+        const reply2 = await runRelayRequest({ id: 's9', task: 'extract', messages: MESSAGES, schema: SCHEMA }, () => stoppedSt, { structured: true, schemaRefused });
+        assert.deepEqual(reply2, { type: 'relay_response', id: 's9', error: 'Cancelled by extension' });
+        assert.equal(stopped.length, 1);
+        assert.ok(!schemaRefused.has('openai||other'));
+    } finally {
+        console.warn = warn;
+    }
+});
