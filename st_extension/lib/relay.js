@@ -76,8 +76,8 @@ export function holdsStructuredAnswer(text) {
  * @param {boolean} [options.structured] the connection is Chat Completion, where ST asks for the request's
  *   `schema` (response_format, or Claude's forced tool) and reads the answer back; on other APIs ST returns
  *   '{}' for any answer to a schema, so it is never sent there
- * @param {Set<string>} [options.schemaRefused] connections (connectionKey) whose structured answer held no
- *   JSON: they are asked for plain text from then on; a connection that fails is added to it
+ * @param {Set<string>} [options.schemaRefused] connections (connectionKey) asked for plain text: a connection
+ *   that rejects a schema, or answers it without JSON, is added to it
  * @returns {Promise<object>} the `relay_response` to send back
  */
 export async function runRelayRequest(request, getContext, { length = 'argument', structured = false, schemaRefused = new Set() } = {}) {

@@ -41,7 +41,8 @@ export function createRelayRunner() {
         if (et[name]) c.eventSource.on(et[name], () => gate.chatSettled());
     }
 
-    // Connections whose structured answers held no JSON, for this page's life (a reload tries them again).
+    // Connections that rejected a schema or answered it without JSON: asked in plain text for this page's life
+    // (a reload tries them again).
     const schemaRefused = new Set();
     return async request => {
         const context = await relayContext();
