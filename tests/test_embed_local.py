@@ -15,7 +15,7 @@ import pytest
 
 from stbme.embed.local import BLAS_THREAD_VARIABLES, BULK_SLICE_TOKENS, LocalEmbedder
 
-from conftest import wait_for
+from conftest import DEADLINE_S, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -198,10 +198,9 @@ async def test_close_cancels_queries_still_waiting():
 
 
 def test_the_built_graph_is_kept_and_a_damaged_one_is_rebuilt(tmp_path, monkeypatch):
-    from stbme.embed import e5_graph
-    from stbme.embed.local import load_engine
+    from stbme.embed import e5_graph, local
 
-    first = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    first = local.load_engine("float32", tmp_path).embed(["the lighthouse key"])
     kept = list(tmp_path.glob("e5-small-float32-*.onnx"))
     assert len(kept) == 1 and kept[0].stat().st_size > 1_000_000
     assert not list(tmp_path.glob("*.part"))
@@ -211,13 +210,35 @@ def test_the_built_graph_is_kept_and_a_damaged_one_is_rebuilt(tmp_path, monkeypa
 
     with monkeypatch.context() as patch:
         patch.setattr(e5_graph, "build", no_build)
-        again = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+        patch.setattr(local, "_build_in_child", no_build)
+        again = local.load_engine("float32", tmp_path).embed(["the lighthouse key"])
     assert np.allclose(first, again, atol=1e-6)
 
     kept[0].write_bytes(kept[0].read_bytes()[:4096])  # cut short, as by a full disk
-    rebuilt = load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    rebuilt = local.load_engine("float32", tmp_path).embed(["the lighthouse key"])
     assert np.allclose(first, rebuilt, atol=1e-6)
     assert kept[0].stat().st_size > 1_000_000
+
+
+def test_the_graph_is_built_without_importing_onnx_into_the_server(tmp_path):
+    # Importing onnx holds the GIL for seconds under load: in the server that stops the event loop.
+    probe = ("import sys; from pathlib import Path; from stbme.embed.local import load_engine; "
+             f"load_engine('float32', Path({str(tmp_path / 'models')!r})).embed(['x']); "
+             "print('onnx' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    assert len(list((tmp_path / "models").glob("e5-small-float32-*.onnx"))) == 1
+
+
+def test_when_the_child_cannot_build_the_graph_it_is_built_in_process(tmp_path, monkeypatch, caplog):
+    from stbme.embed import local
+
+    monkeypatch.setattr(local.sys, "executable", str(tmp_path / "no-such-python"))
+    vector = local.load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    assert vector.shape == (1, 384)
+    assert "building it here" in caplog.text
+    assert len(list(tmp_path.glob("e5-small-float32-*.onnx"))) == 1
 
 
 def test_int8_weights_have_their_own_embedder_id():

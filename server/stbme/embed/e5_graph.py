@@ -11,13 +11,21 @@ norms and the biases into GELU when it loads the graph.
 
 `weights`: "float32" keeps the 4-bit weights expanded to float32 (the numpy engine's arithmetic);
 "int8" quantizes the matrix products dynamically (int8 weights, activations quantized per call).
+
+`python -m stbme.embed.e5_graph WEIGHTS KIND OUT` builds the graph of a weights file and writes it to OUT:
+the server runs this in a child process (local.py), so it never imports the `onnx` package.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
-from .e5_file import Layer, ModelWeights, Q4Matrix
+from .e5_file import Layer, ModelWeights, Q4Matrix, load
 
 OPSET = 17              # LayerNormalization
 IR_VERSION = 8          # what opset 17 needs; the onnx package would write its newest, which older runtimes refuse
@@ -105,7 +113,30 @@ def build(weights: ModelWeights, kind: str = "float32"):
                              producer_name="stbme", ir_version=IR_VERSION)
 
 
+def save(data: bytes, path: Path) -> None:
+    """Write a serialized graph to `path` whole or not at all (a kill mid-write leaves only a .part file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".part", delete=False) as fh:
+        try:
+            fh.write(data)
+        except BaseException:
+            fh.close()
+            os.unlink(fh.name)
+            raise
+    os.replace(fh.name, path)
+
+
 def _int8_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[in, out] float32 -> int8 [in, out] and a scale per output column (symmetric, zero point 0)."""
     scale = np.maximum(np.abs(matrix).max(axis=0), 1e-12) / 127.0
     return np.clip(np.rint(matrix / scale), -127, 127).astype(np.int8), scale.astype(np.float32)
+
+
+def main(argv: list[str]) -> int:
+    weights_path, kind, out = argv
+    save(build(load(Path(weights_path)), kind).SerializeToString(), Path(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

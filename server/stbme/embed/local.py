@@ -25,6 +25,7 @@ import hashlib
 import importlib.resources
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +46,7 @@ BULK_NICE = 1             # the bulk workers' OS priority (Linux threads): a que
 BULK_WORKERS = max(1, min(4, os.cpu_count() or 1))  # bulk slices at once; leaves cores beyond 4 to the user
 MODEL_FILE = "e5-small-q4.bin"
 GRAPH_VERSION = 1         # bump when e5_graph.build changes what it makes: cached graphs are rebuilt
+GRAPH_BUILD_TIMEOUT_S = 600  # the child that builds the graph: ~3 s idle, far longer on a starved machine
 WEIGHT_KINDS = ("float32", "int8")
 EMBEDDER_IDS = {"float32": "local:multilingual-e5-small-q4", "int8": "local:multilingual-e5-small-q4-int8"}
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -79,8 +81,10 @@ def model_file() -> Path:
 
 def load_engine(kind: str = "float32", graph_dir: Path | None = None):
     """The model on ONNX Runtime, from the bundled weights. The graph is read from `graph_dir` when an
-    earlier start built it for the same weights file (building it imports the `onnx` package: seconds),
-    else built and written there; with no `graph_dir` it is built in memory."""
+    earlier start built it for the same weights file, else built there (with no `graph_dir`, in a
+    scratch folder) by a child process: building imports the `onnx` package, whose C extensions hold
+    the GIL while they load (1 s idle, 5 s under load), and in this process that would stop the server's
+    event loop (a /health on a fresh start waited 4.9 s). Only if the child fails is it built here."""
     path = model_file()
     from . import e5_file
     from .e5_engine import E5Engine
@@ -92,11 +96,39 @@ def load_engine(kind: str = "float32", graph_dir: Path | None = None):
             return E5Engine(weights, str(cached))   # read by ONNX Runtime itself: no copy held here
         except Exception as exc:  # a damaged or foreign file: build it again
             log.warning("rebuilding the model graph %s: %s", cached, exc)
+    with tempfile.TemporaryDirectory(prefix="stbme-graph-") as scratch:
+        target = cached or Path(scratch) / "graph.onnx"
+        if _build_in_child(path, kind, target):
+            return E5Engine(weights, str(target))   # the session holds the graph: scratch may go
     from . import e5_graph
     graph = e5_graph.build(weights, kind).SerializeToString()
     if cached is not None:
-        _write_atomically(cached, graph)
+        try:
+            e5_graph.save(graph, cached)
+        except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
+            log.warning("could not keep the model graph in %s: %s", cached.parent, exc)
     return E5Engine(weights, graph)
+
+
+def _build_in_child(weights_path: Path, kind: str, target: Path) -> bool:
+    """Build the graph into `target` with `python -m stbme.embed.e5_graph`; False (logged) if that failed."""
+    import stbme
+    env = dict(os.environ)
+    # The child imports this very stbme, even when it is not installed (a checkout on sys.path).
+    package_root = str(Path(stbme.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "stbme.embed.e5_graph", str(weights_path), kind, str(target)]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, timeout=GRAPH_BUILD_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("building the model graph in a child process failed (%s): building it here", exc)
+        return False
+    if done.returncode != 0 or not target.is_file():
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        log.warning("building the model graph in a child process failed (exit %s: %s): building it here",
+                    done.returncode, tail[0])
+        return False
+    return True
 
 
 def _file_key(path: Path) -> str:
@@ -106,18 +138,6 @@ def _file_key(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             digest.update(chunk)
     return digest.hexdigest()[:16]
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".part", delete=False) as fh:
-            fh.write(data)
-        os.replace(fh.name, path)
-    except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
-        log.warning("could not keep the model graph in %s: %s", path.parent, exc)
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(fh.name)
 
 
 def _lower_thread_priority(nice: int) -> None:
