@@ -154,7 +154,9 @@ async def test_process_now_queues_what_is_left_and_refuses_when_extraction_is_of
     assert resp.status == 409 and (await resp.json())["field"] == "extract.enabled"
     await sc.settings_service.update_chat("c", {"extract.enabled": None})
     data = await (await client.post("/v1/chats/c/process", json={})).json()
-    assert data["queued"] is True and data["progress"]["messages"] == {"done": 0, "total": 10, "percent": 0.0}
+    # The worker is woken before the answer reads the progress: it may have done some or all of it already.
+    assert data["queued"] is True and data["progress"]["messages"]["total"] == 10
+    assert 0 <= data["progress"]["messages"]["done"] <= 10
     final = await settle(sc, "c")
     assert final["progress"]["messages"]["done"] == 10
     again = await (await client.post("/v1/chats/c/process", json={})).json()
