@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -239,6 +240,29 @@ def test_when_the_child_cannot_build_the_graph_it_is_built_in_process(tmp_path, 
     assert vector.shape == (1, 384)
     assert "building it here" in caplog.text
     assert len(list(tmp_path.glob("e5-small-float32-*.onnx"))) == 1
+
+
+def test_a_new_graph_removes_the_old_ones_and_needs_no_scratch_folder(tmp_path, monkeypatch):
+    from stbme.embed import local
+
+    old_graph = tmp_path / "e5-small-float32-0123456789abcdef.onnx"    # an earlier version's
+    killed = tmp_path / "e5-small-float32-0123456789abcdef.onnxk1ll.part"   # a build killed long ago
+    under_way = tmp_path / "e5-small-float32-fedcba9876543210.onnxnow1.part"   # another build, just begun
+    other_kind = tmp_path / "e5-small-int8-0123456789abcdef.onnx"
+    for path in (old_graph, killed, under_way, other_kind):
+        path.write_bytes(b"x")
+    long_ago = time.time() - 3 * local.GRAPH_BUILD_TIMEOUT_S
+    os.utime(killed, (long_ago, long_ago))
+
+    def no_scratch(*_args, **_kwargs):
+        raise AssertionError("the graph has a home in the data directory: no scratch folder")
+
+    monkeypatch.setattr(local.tempfile, "TemporaryDirectory", no_scratch)
+    local.load_engine("float32", tmp_path).embed(["the lighthouse key"])
+    graphs = list(tmp_path.glob("e5-small-float32-*.onnx"))
+    assert len(graphs) == 1 and graphs[0] != old_graph and graphs[0].stat().st_size > 1_000_000
+    assert not killed.exists()
+    assert under_way.exists() and other_kind.exists()
 
 
 def test_int8_weights_have_their_own_embedder_id():

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Awaitable
 
@@ -47,6 +48,8 @@ BULK_WORKERS = max(1, min(4, os.cpu_count() or 1))  # bulk slices at once; leave
 MODEL_FILE = "e5-small-q4.bin"
 GRAPH_VERSION = 1         # bump when e5_graph.build changes what it makes: cached graphs are rebuilt
 GRAPH_BUILD_TIMEOUT_S = 600  # the child that builds the graph: ~3 s idle, far longer on a starved machine
+# On Windows a server started with pythonw has no console: without this the child would open one.
+CHILD_CREATION_FLAGS = getattr(subprocess, "CREATE_NO_WINDOW", 0)
 WEIGHT_KINDS = ("float32", "int8")
 EMBEDDER_IDS = {"float32": "local:multilingual-e5-small-q4", "int8": "local:multilingual-e5-small-q4-int8"}
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -96,18 +99,40 @@ def load_engine(kind: str = "float32", graph_dir: Path | None = None):
             return E5Engine(weights, str(cached))   # read by ONNX Runtime itself: no copy held here
         except Exception as exc:  # a damaged or foreign file: build it again
             log.warning("rebuilding the model graph %s: %s", cached, exc)
+    if cached is not None:
+        if not _build_in_child(path, kind, cached):
+            from . import e5_graph
+            graph = e5_graph.build(weights, kind).SerializeToString()
+            try:
+                e5_graph.save(graph, cached)
+            except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
+                log.warning("could not keep the model graph in %s: %s", cached.parent, exc)
+                return E5Engine(weights, graph)
+        _remove_stale_graphs(cached)
+        return E5Engine(weights, str(cached))
     with tempfile.TemporaryDirectory(prefix="stbme-graph-") as scratch:
-        target = cached or Path(scratch) / "graph.onnx"
+        target = Path(scratch) / "graph.onnx"
         if _build_in_child(path, kind, target):
             return E5Engine(weights, str(target))   # the session holds the graph: scratch may go
     from . import e5_graph
-    graph = e5_graph.build(weights, kind).SerializeToString()
-    if cached is not None:
+    return E5Engine(weights, e5_graph.build(weights, kind).SerializeToString())
+
+
+def _remove_stale_graphs(current: Path) -> None:
+    """Remove this kind's graphs for other weights or graph versions (85 MB each, left by an upgrade) and
+    half-written ones from a build killed long ago (a build under way now is younger than its timeout).
+    A file another process still has open (Windows) stays until a later start."""
+    kind_prefix = current.name.rsplit("-", 1)[0] + "-"   # e5-small-float32-
+    too_old = time.time() - 2 * GRAPH_BUILD_TIMEOUT_S
+    for other in current.parent.glob(f"{kind_prefix}*"):
         try:
-            e5_graph.save(graph, cached)
-        except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
-            log.warning("could not keep the model graph in %s: %s", cached.parent, exc)
-    return E5Engine(weights, graph)
+            stale = (other.suffix == ".onnx" and other.name != current.name) or (
+                other.suffix == ".part" and other.stat().st_mtime < too_old)
+            if stale:
+                other.unlink()
+                log.info("removed the old model graph %s", other)
+        except OSError:
+            pass
 
 
 def _build_in_child(weights_path: Path, kind: str, target: Path) -> bool:
@@ -119,7 +144,8 @@ def _build_in_child(weights_path: Path, kind: str, target: Path) -> bool:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     command = [sys.executable, "-m", "stbme.embed.e5_graph", str(weights_path), kind, str(target)]
     try:
-        done = subprocess.run(command, env=env, capture_output=True, timeout=GRAPH_BUILD_TIMEOUT_S)
+        done = subprocess.run(command, env=env, capture_output=True, timeout=GRAPH_BUILD_TIMEOUT_S,
+                              creationflags=CHILD_CREATION_FLAGS)
     except (OSError, subprocess.SubprocessError) as exc:
         log.warning("building the model graph in a child process failed (%s): building it here", exc)
         return False
