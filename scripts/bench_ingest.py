@@ -246,7 +246,9 @@ async def restart_first_recall(code: Path, data_dir: Path, requests) -> dict:
         second = await recall_window(session, f"{server.url}/v1/chats/{CHAT_ID}/recall", requests, 1, 3.0)
     server.stop()
     return {"health_s": healthy - started, "first_recall_ms": first * 1000, "first_memories": len(data.get("memories", [])),
-            "first_degraded": data.get("degraded"), "next_p50_ms": second["p50"]}
+            "first_degraded": data.get("degraded"), "next_p50_ms": second["p50"],
+            # Inside the server: the whole recall, and its query embedding (with a model still loading).
+            "first_took_ms": data.get("took_ms"), "first_embed_ms": data.get("embed_ms")}
 
 
 def baseline_code(ref: str, root: Path) -> Path:
@@ -266,6 +268,22 @@ def baseline_code(ref: str, root: Path) -> Path:
 
 def fmt(value, spec=".1f") -> str:
     return "-" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:{spec}}"
+
+
+def target_checks(new: dict, burners: int) -> list[tuple[str, float | None, float]]:
+    """Issue 19's targets, (label, value, limit): on an idle machine, and beside busy processes (which
+    only the ingest and one client's recall are held to), and the restart's first recall in both."""
+    idle, during = new.get("recall_idle", {}), new["recall_1"]
+    if burners:
+        checks = [(f"newest {NEWEST} embedded <= 60 s ({burners} burners)", new.get("newest_s"), 60.0),
+                  (f"recall p95 <= 150 ms during ingest, 1 client ({burners} burners)", during["p95"], 150.0)]
+    else:
+        checks = [("fully searchable <= 150 s", new.get("full_s"), 150.0),
+                  (f"newest {NEWEST} embedded <= 15 s", new.get("newest_s"), 15.0),
+                  ("recall p95 <= 40 ms on the idle server, 1 client", idle.get("p95"), 40.0),
+                  ("recall p95 <= 100 ms on the idle server, 4 clients",
+                   new.get("recall_idle_4", {}).get("p95"), 100.0)]
+    return checks + [("first recall after restart < 1000 ms", new["restart"]["first_recall_ms"], 1000.0)]
 
 
 def ratio(new, base) -> str:
@@ -307,7 +325,8 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
         ("recall on the idle server, 4 clients p50 / p95, ms", lambda r: " / ".join(
             fmt(r.get("recall_idle_4", {}).get(k), ".0f") for k in ("p50", "p95"))),
         ("restart: process start to /health, s", lambda r: fmt(r["restart"]["health_s"], ".2f")),
-        ("restart: first recall, ms", lambda r: fmt(r["restart"]["first_recall_ms"], ".0f")),
+        ("restart: first recall, ms (in recall / embed)", lambda r: f"{fmt(r['restart']['first_recall_ms'], '.0f')} ("
+         f"{fmt(r['restart'].get('first_took_ms'), '.0f')}/{fmt(r['restart'].get('first_embed_ms'), '.0f')})"),
         ("restart: first recall keyword-only (still loading)", lambda r: "yes" if r["restart"]["first_degraded"]
          else "no"),
         ("restart: next recalls p50, ms", lambda r: fmt(r["restart"]["next_p50_ms"], ".0f")),
@@ -332,14 +351,7 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
     new = results[0]
     echo("")
     echo("targets (new code)")
-    checks = (
-        ("fully searchable <= 300 s", new.get("full_s"), 300.0),
-        (f"newest {NEWEST} embedded <= 30 s", new.get("newest_s"), 30.0),
-        ("recall p95 <= 100 ms during ingest, 1 client", new["recall_1"]["p95"], 100.0),
-        ("recall p95 <= 100 ms during ingest, 4 clients", new["recall_4"]["p95"], 100.0),
-        ("first recall after restart < 1000 ms", new["restart"]["first_recall_ms"], 1000.0),
-    )
-    for label, value, limit in checks:
+    for label, value, limit in target_checks(new, env.get("burners", 0)):
         ok = value is not None and value <= limit
         echo(f"  {label:<48}{fmt(value):>10}  {'PASS' if ok else 'MISS'}")
     if omp:
