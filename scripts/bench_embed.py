@@ -90,7 +90,7 @@ def main(baseline: str, n_passages: int, n_queries: int, rounds: int, json_path:
     load_s = {"numpy (baseline)": time.perf_counter() - started}
     for kind in e5_graph.WEIGHT_KINDS:
         started = time.perf_counter()
-        engines[f"onnxruntime {kind}"] = E5Engine(weights, e5_graph.build(weights, kind).SerializeToString())
+        engines[f"onnxruntime {kind}"] = E5Engine(weights, e5_graph.build(weights, kind).SerializeToString(), kind)
         load_s[f"onnxruntime {kind}"] = time.perf_counter() - started
     passages, queries = recall_set_texts(n_passages, n_queries)
     reference = engines["numpy (baseline)"]

