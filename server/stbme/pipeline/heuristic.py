@@ -13,7 +13,7 @@ import sqlite3
 from typing import Callable
 
 from ..graph.changes import ChangeSet
-from ..graph.model import Node, new_id
+from ..graph.model import Node, new_id, node_text
 from ..graph.schema import Strength
 from ..tokens import count_tokens
 from ..index.lexical import STOPWORDS
@@ -186,6 +186,24 @@ def _speaker_text_names(msg: Message) -> tuple[str, str, list[str]] | None:
     return speaker, text, sorted(candidate_names(text) - {speaker})
 
 
+def _event_fields(speaker: str, chunk: str, participants: list[str]) -> dict:
+    return {"summary": chunk, "speaker": speaker, "participants": participants}
+
+
+def event_texts(messages: list[Message], *, chunk_tokens: int) -> list[str]:
+    """The texts the event memories of these messages will be embedded by, before they exist: a long
+    ingest embeds the newest ones while the older messages are still being turned into memories. The
+    text of an event with a speaker leaves its participants out (graph/model.node_text), so it depends
+    on the message alone."""
+    texts = []
+    for msg in messages:
+        parts = _speaker_text_names(msg)
+        if parts is not None:
+            speaker, text, _ = parts
+            texts += [node_text(_event_fields(speaker, chunk, [])) for chunk in split_chunks(text, chunk_tokens)]
+    return texts
+
+
 def record_mentions(conn: sqlite3.Connection, chat_id: str, messages: list[Message]) -> None:
     """The mentions processing would have recorded for these messages (for memories restored from an
     export: later messages then find the names that recur, as after a fresh ingest)."""
@@ -219,7 +237,7 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
         for chunk in split_chunks(text, chunk_tokens):
             node = cs.insert_node(Node(
                 id=new_id("n"), chat_id=cs.chat_id, type="event",
-                fields={"summary": chunk, "speaker": speaker, "participants": participants},
+                fields=_event_fields(speaker, chunk, participants),
                 importance=5.0, seq_from=msg.index, seq_to=msg.index,
                 story_time=story_time_of(msg.send_date, chunk)))
             cs.add_edge(speaker_id, node.id, "involved_in", Strength.SPEAKER)

@@ -3,26 +3,36 @@ the LLM was down once it answers again."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from typing import Awaitable, Callable
 
 from .. import config
 from ..dna.stage import SignalStage
 from ..embed import EmbeddingService
+from ..errors import StbmeError
 from ..live import LiveHub
 from ..llm.base import LLMClient
 from ..pipeline.batch import BatchRunner, Stage
 from ..pipeline.dedupe import DedupeStage
 from ..pipeline.evolve import EvolveStage
 from ..pipeline.extract import ExtractStage
-from ..pipeline.heuristic import HeuristicStage
+from ..pipeline.heuristic import HeuristicStage, event_texts
 from ..pipeline.maintain import MaintainStage
-from ..pipeline.sync import undo_memories_from
+from ..pipeline.sync import load_messages, undo_memories_from
 from ..store import Store
 from ..store.jobs import queue_degraded_chats, requeue_parked
 from ..store.queries import chat_row, message_count
 from .embedding import EMBED_ROUND, Embedding
 from .memory_llm import MemoryLLM
 from .progress import ProgressTracker
+
+log = logging.getLogger("stbme")
+# Embedding ahead (see ChatProcessor._embed_ahead): only for a backlog of at least this many messages (a
+# chat's usual new message is embedded right after it is extracted), this many messages per model call.
+AHEAD_MIN_MESSAGES = 64
+AHEAD_STEP_MESSAGES = 32
 
 
 def default_stages(*, llm_mode: str, store: Store, embeddings: EmbeddingService, llm: LLMClient,
@@ -89,6 +99,17 @@ class ChatProcessor:
         # otherwise start where the LLM last read, before the degraded ones, and be undone with them.
         redo_tried = await self._redo_degraded(chat_id)
         defer = self.memory_llm.mode == "none"
+        ahead = asyncio.create_task(self._embed_ahead(chat_id), name="stbme-embed-ahead") if defer else None
+        try:
+            return await self._extract_then_embed(chat_id, defer, ahead, batches, redo_tried)
+        finally:
+            if ahead is not None and not ahead.done():
+                ahead.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ahead
+
+    async def _extract_then_embed(self, chat_id: str, defer: bool, ahead: asyncio.Task | None, batches: int,
+                                  redo_tried: bool) -> int:
         with self.embedding.deferred(chat_id, defer):
             while True:
                 ctx = await self.runner.run_next(chat_id, self.stages())
@@ -96,6 +117,8 @@ class ChatProcessor:
                     if not redo_tried and await self._redo_degraded(chat_id):
                         redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
                         continue
+                    if ahead is not None and not ahead.done():
+                        ahead.cancel()   # everything is extracted: the embedding below takes over
                     # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
                     # so the job is retried with backoff, then parked with its error).
                     if await self.embedding.embed_pending(chat_id, limit=EMBED_ROUND if defer else None) and defer:
@@ -105,6 +128,33 @@ class ChatProcessor:
                 evolution = ctx.data.get("evolution")
                 await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
                                                **({"evolution": evolution.to_json()} if evolution else {}))
+
+    async def _embed_ahead(self, chat_id: str) -> None:
+        """While a backlog of messages is extracted oldest first (embedding deferred until it is done), embed
+        the texts its newest messages' memories will have, newest first, into the embedding cache: the
+        memories of the newest messages, which matter most to the next recall, then find their vectors
+        ready. Stops where the extraction has got to; the cache is keyed by text, so a text that turns out
+        different (an edit meanwhile) only costs its vector. Heuristic memories only (no LLM: their texts
+        depend on the message alone)."""
+        def position(conn):
+            row = chat_row(conn, chat_id)
+            return (row["processed_upto"] if row else -1), message_count(conn, chat_id) - 1
+
+        processed, high = await self.store.read(position)
+        if high - processed < AHEAD_MIN_MESSAGES:
+            return
+        chunk_tokens = self.settings.get("extract.chunk_tokens", chat_id)
+        try:
+            while True:
+                processed, _ = await self.store.read(position)
+                low = max(processed + 1, high - AHEAD_STEP_MESSAGES + 1)
+                if low > high:
+                    return
+                messages = await self.store.read(lambda conn: load_messages(conn, chat_id, low, high))
+                await self.embedding.embeddings.embed_texts(event_texts(messages, chunk_tokens=chunk_tokens))
+                high = low - 1
+        except StbmeError as exc:   # the embedder fails: the embedding after the extraction reports it
+            log.info("embedding ahead for chat %r stopped: %s", chat_id, exc.message)
 
     async def _redo_degraded(self, chat_id: str) -> bool:
         """Batches made while the LLM was down are undone (exactly, from the journal) and processed

@@ -1,0 +1,81 @@
+"""Embedding ahead on a long first ingest (heuristic mode): the texts the newest messages' memories will
+have are embedded into the cache, newest first, while older messages are still being extracted; the
+memories then find their vectors there, and nothing is embedded twice."""
+
+from __future__ import annotations
+
+import orjson
+
+from stbme.graph.model import node_text
+from stbme.pipeline.heuristic import event_texts
+from stbme.pipeline.sync import load_messages
+from stbme.usecases.processing import AHEAD_MIN_MESSAGES, AHEAD_STEP_MESSAGES
+
+from conftest import full_sync, settle
+
+LONG_REPLY = ("Elena trims the wick of the harbour lantern and tells of the night the tide rose over the quay. "
+              "She says the fishermen of Saltmere still leave a candle in every window for the drowned, and "
+              "that her brother Tobin kept the old ledger of every ship that never came home. ") * 3
+
+
+def roleplay(n: int) -> list[dict]:
+    """Alex asks, Elena answers; every fourth reply is long enough to be cut into several memories."""
+    return [{"role": "user", "name": "Alex", "text": f"Hey Elena, what about the lantern, turn {i}?"} if i % 2 == 0
+            else {"role": "assistant", "name": "Elena",
+                  "text": (LONG_REPLY if i % 4 == 1 else "") + f"Elena answers number{i} with a smile."}
+            for i in range(n)]
+
+
+async def event_texts_stored(sc, chat_id: str) -> list[str]:
+    rows = await sc.store.read(lambda conn: conn.execute(
+        "SELECT fields FROM nodes WHERE chat_id = ? AND type = 'event' AND archived = 0", (chat_id,)).fetchall())
+    return [node_text(orjson.loads(r["fields"])) for r in rows]
+
+
+async def test_the_predicted_texts_are_exactly_the_memories_texts(sidecar):
+    chat = roleplay(24)
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
+    chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
+    predicted = event_texts(messages, chunk_tokens=chunk_tokens)
+    stored = await event_texts_stored(sidecar, "c")
+    assert len(predicted) > len(messages)              # long replies are cut: more memories than messages
+    assert sorted(predicted) == sorted(stored)
+
+
+async def test_the_newest_messages_are_embedded_ahead_and_their_memories_reuse_the_vectors(sidecar, embedder):
+    n = 3 * AHEAD_STEP_MESSAGES + AHEAD_MIN_MESSAGES
+    await sidecar.settings_service.update_chat("c", {"extract.enabled": False})   # stored, not extracted
+    await full_sync(sidecar, "c", roleplay(n))
+    calls = []
+    original = embedder.embed_passages
+
+    async def recording(texts):
+        calls.append(list(texts))
+        return await original(texts)
+
+    embedder.embed_passages = recording
+    await sidecar.processor._embed_ahead("c")          # nothing extracts meanwhile: it covers every message
+    messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
+    chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
+    newest = event_texts(messages[-AHEAD_STEP_MESSAGES:], chunk_tokens=chunk_tokens)
+    assert calls[0] == list(dict.fromkeys(newest)), "the newest messages go first (each text once)"
+    embedded = [t for call in calls for t in call]
+    assert len(embedded) == len(set(embedded)) and set(embedded) == set(event_texts(messages, chunk_tokens=chunk_tokens))
+
+    calls.clear()
+    await sidecar.settings_service.update_chat("c", {"extract.enabled": None})
+    await sidecar.chats.process_now("c")
+    await settle(sidecar, "c")
+    again = {t for call in calls for t in call}
+    assert not again & set(await event_texts_stored(sidecar, "c")), "a memory's text was embedded twice"
+    assert again, "the name anchors, which are not predicted, are embedded as usual"
+
+
+async def test_a_short_backlog_is_not_embedded_ahead(sidecar, embedder):
+    await sidecar.settings_service.update_chat("c", {"extract.enabled": False})
+    await full_sync(sidecar, "c", roleplay(AHEAD_MIN_MESSAGES - 2))
+    before = embedder.calls
+    await sidecar.processor._embed_ahead("c")
+    assert embedder.calls == before
