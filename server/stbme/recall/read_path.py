@@ -215,7 +215,10 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
                       else indexes.vectors.get_within(chat_id, index_wait_s))
         if hnsw is None:
             degraded, vectors = "the vector index is still loading: keyword results only", []
-    w_lex, w_vec = tuning.LEXICAL_WEIGHT, tuning.VECTOR_WEIGHT
+    w_lex = tuning.LEXICAL_WEIGHT
+    if tuning.LEXICAL_WEIGHT_CJK is not None and detect_language([plan.text]) == "zh":
+        w_lex = tuning.LEXICAL_WEIGHT_CJK
+    w_vec = tuning.VECTOR_WEIGHT
     rankings: list[Ranking] = []
     for i, part in enumerate(plan.parts):
         if part.strip():

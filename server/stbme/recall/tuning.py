@@ -14,6 +14,7 @@ import os
 
 CANDIDATES = 100             # memories each ranked list (keywords, vectors, per part of the input) brings to fusion
 LEXICAL_WEIGHT = 2.0         # weight of the keyword (BM25) lists in reciprocal-rank fusion
+LEXICAL_WEIGHT_CJK = 1.0     # ... for a Chinese (CJK) input, whose keywords are character bigrams (None: the same)
 VECTOR_WEIGHT = 1.0          # weight of the vector (HNSW) lists
 TIME_WEIGHT = 3.0            # the memories of the days a question names ("on March 4", 六天前)
 LATEST_WEIGHT = 1.0          # for a question about now: the memories that say its subject changed, newest first
