@@ -45,13 +45,15 @@ from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
 from evalkit.sidecar import Client, Server, parse_settings  # noqa: E402
 
 PRODUCT = "product defaults"
+# The DNA scheduler's passes change what a recall ranks by; the evaluation reflects each chat once, itself.
+STILL_DNA = {"dna.auto_reflect": False, "dna.auto_decay": False}
 # Each stage off in turn. A read-path setting is global (one pass, then back to its default); a named
 # constant of the read path (recall/tuning.py) is overridden by restarting the server under
 # STBME_RECALL_TUNING; "query" variants change the request. Write-path settings need the chats ingested
 # again under a per-chat override (their embeddings come from the product's own cache, so that is cheap).
 READ_ABLATIONS = {
     "keywords only (VECTOR_WEIGHT 0)": ("tuning", {"VECTOR_WEIGHT": 0.0}),
-    "vectors only (LEXICAL_WEIGHT 0)": ("tuning", {"LEXICAL_WEIGHT": 0.0}),
+    "vectors only (LEXICAL_WEIGHT 0)": ("tuning", {"LEXICAL_WEIGHT": 0.0, "LEXICAL_WEIGHT_CJK": 0.0}),
     "raw input (recall.query_cleanup false)": ("settings", {"recall.query_cleanup": False}),
     "no days (TIME_WEIGHT 0)": ("tuning", {"TIME_WEIGHT": 0.0}),
     "no graph (GRAPH_WEIGHT 0)": ("tuning", {"GRAPH_WEIGHT": 0.0}),
@@ -103,6 +105,12 @@ async def ingest(client: Client, chats: list[dict], suffix: str = "", overrides:
             await client.put_chat_settings(chat_id, overrides)
         await client.sync(chat_id, chat["messages"])
     await client.wait_processed({c["chat_id"] + suffix: processed_length(c["messages"]) for c in chats})
+    # Each chat reflected once, as the DNA scheduler does after a chat's first memories; the scheduler itself
+    # is off (STILL_DNA): a reflection it started in the middle of a pass, or on its first tick after a
+    # restart, would change the memory layers a ranking reads, and passes are compared with each other
+    # (49 of 494 questions ranked differently in two passes of the same code).
+    for chat in chats:
+        await client.call("POST", client.chat_url(chat["chat_id"] + suffix, "/dna/reflect"))
 
 
 def processed_length(messages: list[dict]) -> int:
@@ -185,7 +193,7 @@ async def run_product(args: dict, chats: list[dict], timings: dict) -> tuple[dic
     dna.signals false (with directives first in every recall, most read stages change nothing)."""
     data_dir = args["data_dir"] or Path(tempfile.mkdtemp(prefix="stbme-eval-"))
     data_dir.mkdir(parents=True, exist_ok=True)
-    user_settings = {"llm.mode": "none", **args["settings"]}
+    user_settings = {"llm.mode": "none", **STILL_DNA, **args["settings"]}
     variants: dict[str, list] = {}
     on_no_directives: dict[str, list] = {}
     details: dict = {}

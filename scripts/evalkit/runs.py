@@ -64,7 +64,9 @@ async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, bu
             asked = dict(q, query="\n".join([m["text"] for m in recent] + [q["query"]])) if long_input else q
             full = before + [question_message(chat, asked)]
             await client.sync(chat_id, full, start=n, chain=base_chain + chains(full[n:], base_chain[-1]))
-            body = {"query": asked["query"], "recent": recent}
+            # Only look: a recall that reinforces what it shows would make each pass depend on the passes
+            # before it (the DNA weight is part of the score), and ablations are compared pass to pass.
+            body = {"query": asked["query"], "recent": recent, "reinforce": False}
             ranked = (await client.recall(chat_id, {**body, "budget_tokens": RANK_BUDGET,
                                                     "max_memories": RANK_DEPTH}))["memories"]
             # The evidence ranking: core memories (pinned, rules, synopsis, directives) have their own place
