@@ -4,14 +4,17 @@ memories then find their vectors there, and nothing is embedded twice."""
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 
 from stbme.graph.model import node_text
 from stbme.pipeline.heuristic import event_texts
 from stbme.pipeline.sync import load_messages
+from stbme.store.queries import chat_row
 from stbme.usecases.processing import AHEAD_MIN_MESSAGES, AHEAD_STEP_MESSAGES
 
-from conftest import full_sync, settle
+from conftest import DEADLINE_S, full_sync, settle
 
 LONG_REPLY = ("Elena trims the wick of the harbour lantern and tells of the night the tide rose over the quay. "
               "She says the fishermen of Saltmere still leave a candle in every window for the drowned, and "
@@ -79,3 +82,47 @@ async def test_a_short_backlog_is_not_embedded_ahead(sidecar, embedder):
     before = embedder.calls
     await sidecar.processor._embed_ahead("c")
     assert embedder.calls == before
+
+
+async def test_an_ingest_embeds_its_newest_messages_ahead_while_it_extracts(sidecar, embedder, monkeypatch):
+    """The real flow: after the first batch of a long backlog, the work ahead starts; the extraction is held
+    before its second batch until the model was asked for the newest messages, so the order is certain."""
+    calls: list[list[str]] = []
+    asked = asyncio.Event()
+    original_embed, original_next = embedder.embed_passages, sidecar.processor.runner.run_next
+
+    async def recording(texts):
+        calls.append(list(texts))
+        asked.set()
+        return await original_embed(texts)
+
+    async def held_after_the_first_batch(chat_id, stages):
+        status = await sidecar.store.read(lambda conn: chat_row(conn, chat_id))
+        if status["processed_upto"] >= 0:
+            await asyncio.wait_for(asked.wait(), DEADLINE_S)
+        return await original_next(chat_id, stages)
+
+    monkeypatch.setattr(embedder, "embed_passages", recording)
+    monkeypatch.setattr(sidecar.processor.runner, "run_next", held_after_the_first_batch)
+    chat = roleplay(4 * AHEAD_STEP_MESSAGES)
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
+    chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
+    assert calls[0] == list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:], chunk_tokens=chunk_tokens)))
+    embedded = [t for call in calls for t in call]
+    assert len(embedded) == len(set(embedded)), "a text was embedded twice"
+
+
+async def test_work_ahead_that_fails_is_logged_and_raises_nothing(sidecar, monkeypatch, caplog):
+    from stbme.usecases import processing
+
+    def broken(messages, *, chunk_tokens):
+        raise RuntimeError("a bug in the prediction")
+
+    monkeypatch.setattr(processing, "event_texts", broken)
+    await sidecar.settings_service.update_chat("c", {"extract.enabled": False})
+    await full_sync(sidecar, "c", roleplay(AHEAD_MIN_MESSAGES + 10))
+    await sidecar.processor._embed_ahead("c")
+    # Said in the log, not left in a task nobody reads ("Task exception was never retrieved" at exit).
+    assert any("embedding ahead for chat 'c' failed" in r.getMessage() for r in caplog.records)

@@ -99,62 +99,68 @@ class ChatProcessor:
         # otherwise start where the LLM last read, before the degraded ones, and be undone with them.
         redo_tried = await self._redo_degraded(chat_id)
         defer = self.memory_llm.mode == "none"
-        ahead = asyncio.create_task(self._embed_ahead(chat_id), name="stbme-embed-ahead") if defer else None
+        ahead: asyncio.Task | None = None   # the work ahead under way
         try:
-            return await self._extract_then_embed(chat_id, defer, ahead, batches, redo_tried)
+            with self.embedding.deferred(chat_id, defer):
+                while True:
+                    ctx = await self.runner.run_next(chat_id, self.stages())
+                    if ctx is None:
+                        if not redo_tried and await self._redo_degraded(chat_id):
+                            redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
+                            continue
+                        ahead = await _stop(ahead)   # everything is extracted: the embedding below takes over
+                        # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
+                        # so the job is retried with backoff, then parked with its error).
+                        if await self.embedding.embed_pending(chat_id, limit=EMBED_ROUND if defer else None) and defer:
+                            continue
+                        return batches
+                    batches += 1
+                    # A backlog (an ingest, a chat opened for the first time: messages arrive in pieces of up
+                    # to server.max_sync_messages) is embedded ahead while it is extracted.
+                    if (defer and (ahead is None or ahead.done())
+                            and ctx.total_messages - 1 - ctx.end >= AHEAD_MIN_MESSAGES):
+                        ahead = asyncio.create_task(self._embed_ahead(chat_id), name="stbme-embed-ahead")
+                    evolution = ctx.data.get("evolution")
+                    await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
+                                                   **({"evolution": evolution.to_json()} if evolution else {}))
         finally:
-            if ahead is not None and not ahead.done():
-                ahead.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ahead
-
-    async def _extract_then_embed(self, chat_id: str, defer: bool, ahead: asyncio.Task | None, batches: int,
-                                  redo_tried: bool) -> int:
-        with self.embedding.deferred(chat_id, defer):
-            while True:
-                ctx = await self.runner.run_next(chat_id, self.stages())
-                if ctx is None:
-                    if not redo_tried and await self._redo_degraded(chat_id):
-                        redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
-                        continue
-                    if ahead is not None and not ahead.done():
-                        ahead.cancel()   # everything is extracted: the embedding below takes over
-                    # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
-                    # so the job is retried with backoff, then parked with its error).
-                    if await self.embedding.embed_pending(chat_id, limit=EMBED_ROUND if defer else None) and defer:
-                        continue
-                    return batches
-                batches += 1
-                evolution = ctx.data.get("evolution")
-                await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
-                                               **({"evolution": evolution.to_json()} if evolution else {}))
+            await _stop(ahead)
 
     async def _embed_ahead(self, chat_id: str) -> None:
         """While a backlog of messages is extracted oldest first (embedding deferred until it is done), embed
         the texts its newest messages' memories will have, newest first, into the embedding cache: the
         memories of the newest messages, which matter most to the next recall, then find their vectors
-        ready. Stops where the extraction has got to; the cache is keyed by text, so a text that turns out
-        different (an edit meanwhile) only costs its vector. Heuristic memories only (no LLM: their texts
-        depend on the message alone)."""
+        ready. Goes down to where the extraction has got to, and back to the newest when more messages
+        arrive; the cache is keyed by text, so a text met again costs nothing and one that turns out
+        different (an edit meanwhile) only its vector. Heuristic memories only (no LLM: their texts depend
+        on the message alone)."""
         def position(conn):
             row = chat_row(conn, chat_id)
             return (row["processed_upto"] if row else -1), message_count(conn, chat_id) - 1
 
-        processed, high = await self.store.read(position)
-        if high - processed < AHEAD_MIN_MESSAGES:
+        processed, newest = await self.store.read(position)
+        if newest - processed < AHEAD_MIN_MESSAGES:
             return
         chunk_tokens = self.settings.get("extract.chunk_tokens", chat_id)
+        high, sent = newest, set()
         try:
             while True:
-                processed, _ = await self.store.read(position)
+                processed, now_newest = await self.store.read(position)
+                if now_newest > newest:   # more messages arrived: theirs first
+                    high = newest = now_newest
                 low = max(processed + 1, high - AHEAD_STEP_MESSAGES + 1)
                 if low > high:
                     return
                 messages = await self.store.read(lambda conn: load_messages(conn, chat_id, low, high))
-                await self.embedding.embeddings.embed_texts(event_texts(messages, chunk_tokens=chunk_tokens))
+                texts = [t for t in dict.fromkeys(event_texts(messages, chunk_tokens=chunk_tokens)) if t not in sent]
+                await self.embedding.embeddings.embed_texts(texts)
+                sent.update(texts)
+                await self.progress.made_ahead(chat_id, len(texts))   # the time left counts them as made
                 high = low - 1
         except StbmeError as exc:   # the embedder fails: the embedding after the extraction reports it
             log.info("embedding ahead for chat %r stopped: %s", chat_id, exc.message)
+        except Exception:   # work ahead is optional: it must never fail the chat's processing
+            log.exception("embedding ahead for chat %r failed", chat_id)
 
     async def _redo_degraded(self, chat_id: str) -> bool:
         """Batches made while the LLM was down are undone (exactly, from the journal) and processed
@@ -208,3 +214,11 @@ class ChatProcessor:
         if any(k.startswith("llm.") for k in saved):
             await self.memory_llm.reconfigure()
             self.resume_parked()
+
+
+async def _stop(task: asyncio.Task | None) -> None:
+    """Cancel the work ahead if it is still under way, and wait until it has stopped."""
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

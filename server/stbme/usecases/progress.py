@@ -44,6 +44,7 @@ class _Run:
     vectors_follow: bool = False      # the vectors are made after the messages (no LLM): count them ahead
     vector_samples: collections.deque = dataclasses.field(default_factory=_window)  # (time, vectors made)
     vectors_made: int = 0
+    ready_ahead: int = 0              # vectors made ahead for memories not stored yet (their pass is a cache hit)
     last_publish: float = 0.0
     last_log: float = 0.0
     finished_at: float = 0.0
@@ -110,12 +111,28 @@ class ProgressTracker:
         run = self._runs.get(chat_id)
         if run is None or not run.working or count <= 0:
             return
-        # The first batch only starts the clock: when its work began is not known.
-        run.vectors_made += count
-        run.vector_samples.append((self.clock(), run.vectors_made))
-        pace = self.vector_rate(run)
-        if pace is not None:
-            self._vector_pace = pace
+        # Vectors made ahead come first (newest messages first, as the work ahead): cache hits, no model work.
+        hits = min(run.ready_ahead, count)
+        run.ready_ahead -= hits
+        await self._made(chat_id, run, count - hits)
+
+    async def made_ahead(self, chat_id: str, count: int) -> None:
+        """`count` vectors were made ahead for memories still to be stored (usecases/processing.py)."""
+        run = self._runs.get(chat_id)
+        if run is None or not run.working or count <= 0:
+            return
+        run.ready_ahead += count
+        await self._made(chat_id, run, count)
+
+    async def _made(self, chat_id: str, run: _Run, count: int) -> None:
+        """The model made `count` vectors: the pace of the vectors still to make."""
+        if count > 0:
+            # The first batch only starts the clock: when its work began is not known.
+            run.vectors_made += count
+            run.vector_samples.append((self.clock(), run.vectors_made))
+            pace = self.vector_rate(run)
+            if pace is not None:
+                self._vector_pace = pace
         await self._report(chat_id, run)
 
     async def finished(self, chat_id: str) -> None:
@@ -170,8 +187,9 @@ class ProgressTracker:
             seconds += messages_left / rate
         if run.vectors_follow:
             # The memories of the messages still to process get their vectors after them, as many per
-            # message as so far.
+            # message as so far; those made ahead cost nothing more.
             vectors_left += round(messages_left * embed_total / done) if done else 0
+            vectors_left = max(0, vectors_left - run.ready_ahead)
             if vectors_left:
                 pace = self.vector_rate(run)
                 if pace is None:
