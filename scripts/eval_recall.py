@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evalkit import evalset, metrics, public_sets  # noqa: E402
 from evalkit.embedcache import DEFAULT_DIR, EmbeddingCache  # noqa: E402
 from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
-from evalkit.sidecar import Client, Server, parse_settings  # noqa: E402
+from evalkit.sidecar import Client, Server, parse_settings, processed_length  # noqa: E402
 
 PRODUCT = "product defaults"
 # The DNA scheduler's passes change what a recall ranks by; the evaluation reflects each chat once, itself.
@@ -111,11 +111,6 @@ async def ingest(client: Client, chats: list[dict], suffix: str = "", overrides:
     # (49 of 494 questions ranked differently in two passes of the same code).
     for chat in chats:
         await client.call("POST", client.chat_url(chat["chat_id"] + suffix, "/dna/reflect"))
-
-
-def processed_length(messages: list[dict]) -> int:
-    """Messages that get memories: up to the last reply (the user messages after it wait for one)."""
-    return max((i + 1 for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
 
 
 def write_suffix(values: dict) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 from . import bm25
 from .embedcache import EmbeddingCache
 from .metrics import DIRECTIVE_TYPES, Outcome, answer_found
-from .sidecar import RECENT_MESSAGES, Client, chains
+from .sidecar import RECENT_MESSAGES, Client, chains, processed_length
 
 RANK_DEPTH = 40          # memories asked for when reading the product's ranking
 RANK_BUDGET = 16000      # the largest budget the product accepts: the ranking is not cut by tokens
@@ -64,6 +64,9 @@ async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, bu
             asked = dict(q, query="\n".join([m["text"] for m in recent] + [q["query"]])) if long_input else q
             full = before + [question_message(chat, asked)]
             await client.sync(chat_id, full, start=n, chain=base_chain + chains(full[n:], base_chain[-1]))
+            # The turns before the question were said a while ago: their memories are made (else whether
+            # a recall meets them, or the memories of the question before, depends on timing).
+            await client.settle(chat_id, processed_length(full))
             # Only look: a recall that reinforces what it shows would make each pass depend on the passes
             # before it (the DNA weight is part of the score), and ablations are compared pass to pass.
             body = {"query": asked["query"], "recent": recent, "reinforce": False}

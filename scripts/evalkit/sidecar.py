@@ -48,6 +48,11 @@ def anchor_indexes(length: int, start: int) -> list[int]:
     return sorted(found)
 
 
+def processed_length(messages: list[dict]) -> int:
+    """Messages that get memories: up to the last reply (the user messages after it wait for one)."""
+    return max((i + 1 for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -163,6 +168,19 @@ class Client:
 
     async def put_chat_settings(self, chat_id: str, values: dict) -> None:
         await self.call("PUT", self.chat_url(chat_id, "/settings"), {"settings": values})
+
+    async def settle(self, chat_id: str, length: int, timeout: float = 600.0) -> None:
+        """Wait, quietly, until the chat's first `length` messages have memories and nothing is pending."""
+        deadline = time.monotonic() + timeout
+        while True:
+            s = await self.status(chat_id)
+            if s["processed_upto"] >= length - 1 and s["jobs"]["pending"] == 0 and s["unembedded"] == 0:
+                return
+            if s["jobs"]["failed"]:
+                raise RuntimeError(f"processing failed: {chat_id}: {s['jobs']['last_error']}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"chat {chat_id} not settled after {timeout:.0f} s")
+            await asyncio.sleep(0.02)
 
     async def wait_processed(self, lengths: dict[str, int], timeout: float = 7200.0) -> dict[str, dict]:
         """Poll until every chat's messages have memories and every memory is embedded; progress on stderr.
