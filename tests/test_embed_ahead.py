@@ -12,7 +12,7 @@ from stbme.graph.model import node_text
 from stbme.pipeline.heuristic import event_texts
 from stbme.pipeline.sync import load_messages
 from stbme.store.queries import chat_row
-from stbme.usecases.processing import AHEAD_MIN_MESSAGES, AHEAD_STEP_MESSAGES
+from stbme.usecases.processing import AHEAD_MIN_MESSAGES, AHEAD_STEP_MESSAGES, AHEAD_TEXTS_PER_CALL
 
 from conftest import DEADLINE_S, full_sync, settle
 
@@ -63,8 +63,10 @@ async def test_the_newest_messages_are_embedded_ahead_and_their_memories_reuse_t
     messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
     chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
     newest = event_texts(messages[-AHEAD_STEP_MESSAGES:], chunk_tokens=chunk_tokens)
-    assert calls[0] == list(dict.fromkeys(newest)), "the newest messages go first (each text once)"
     embedded = [t for call in calls for t in call]
+    newest = list(dict.fromkeys(newest))
+    assert embedded[:len(newest)] == newest, "the newest messages go first (each text once)"
+    assert max(map(len, calls)) <= AHEAD_TEXTS_PER_CALL   # a slice at a time: one core, beside the extraction
     assert len(embedded) == len(set(embedded)) and set(embedded) == set(event_texts(messages, chunk_tokens=chunk_tokens))
 
     calls.clear()
@@ -74,6 +76,19 @@ async def test_the_newest_messages_are_embedded_ahead_and_their_memories_reuse_t
     again = {t for call in calls for t in call}
     assert not again & set(await event_texts_stored(sidecar, "c")), "a memory's text was embedded twice"
     assert again, "the name anchors, which are not predicted, are embedded as usual"
+
+
+async def test_only_the_newest_messages_are_embedded_ahead(sidecar, embedder, monkeypatch):
+    from stbme.usecases import processing
+
+    monkeypatch.setattr(processing, "AHEAD_MAX_MESSAGES", AHEAD_MIN_MESSAGES)
+    await sidecar.settings_service.update_chat("c", {"extract.enabled": False})
+    await full_sync(sidecar, "c", roleplay(3 * AHEAD_MIN_MESSAGES))
+    before = embedder.texts_embedded
+    await sidecar.processor._embed_ahead("c")
+    messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
+    newest = event_texts(messages[-AHEAD_MIN_MESSAGES:], chunk_tokens=sidecar.settings.get("extract.chunk_tokens", "c"))
+    assert embedder.texts_embedded - before == len(set(newest))
 
 
 async def test_a_short_backlog_is_not_embedded_ahead(sidecar, embedder):
@@ -109,8 +124,9 @@ async def test_an_ingest_embeds_its_newest_messages_ahead_while_it_extracts(side
     await settle(sidecar, "c")
     messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
     chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
-    assert calls[0] == list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:], chunk_tokens=chunk_tokens)))
+    newest = list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:], chunk_tokens=chunk_tokens)))
     embedded = [t for call in calls for t in call]
+    assert embedded[:len(newest)] == newest
     assert len(embedded) == len(set(embedded)), "a text was embedded twice"
 
 

@@ -190,16 +190,18 @@ async def test_the_last_messages_without_a_reply_are_processed_when_every_messag
 
 
 class ClockedEmbedder(HashEmbedder):
-    """Every 64 texts take one second of a hand-moved clock; after `free` calls it waits for the gate."""
+    """Every 64 texts take one second of a hand-moved clock; after `free` seconds of it, a call waits for
+    the gate."""
 
-    def __init__(self, clock: Clock, free: int):
+    def __init__(self, clock: Clock, free: float):
         super().__init__()
-        self.clock, self.free = clock, free
+        self.clock, self.free, self.spent = clock, free, 0.0
         self.gate = asyncio.Event()
 
     async def embed_passages(self, texts):
-        if self.calls >= self.free:
+        if self.spent >= self.free:
             await self.gate.wait()
+        self.spent += len(texts) / 64.0
         self.clock.now += len(texts) / 64.0
         return await super().embed_passages(texts)
 
@@ -223,7 +225,7 @@ async def test_the_time_left_counts_the_vectors_and_the_log_goes_on_while_embedd
 
             async def embedding_half_way():   # every message processed, some vectors made, the rest waiting
                 status = await sc.chats.status("c")
-                return embedder.calls >= embedder.free and status["progress"]["messages"]["done"] == 1200 and status
+                return embedder.spent >= embedder.free and status["progress"]["messages"]["done"] == 1200 and status
 
             status = await wait_for(embedding_half_way, "the chat to be embedded part of the way")
             progress = status["progress"]
