@@ -51,7 +51,11 @@ def baseline_engine(revision: str, path: Path):
     module = importlib.import_module("baseline_e5.e5_engine")
     if not hasattr(module.E5Engine, "_forward") or not hasattr(module, "_gelu"):
         raise click.ClickException(f"{revision} has no numpy engine in {BASELINE_FILES[1]}")
-    return module.E5Engine(path)
+    try:
+        return module.E5Engine(path)
+    except ModuleNotFoundError as exc:   # the numpy engine read its tokenizer with HF `tokenizers`
+        raise click.ClickException(f"the baseline engine at {revision} needs the {exc.name!r} package, which "
+                                   f"the sidecar no longer uses: .venv/bin/pip install {exc.name}") from exc
 
 
 def recall_set_texts(n_passages: int, n_queries: int) -> tuple[list[str], list[str]]:
