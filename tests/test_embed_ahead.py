@@ -62,7 +62,7 @@ async def test_the_newest_messages_are_embedded_ahead_and_their_memories_reuse_t
     await sidecar.processor._embed_ahead("c")          # nothing extracts meanwhile: it covers every message
     messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
     chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
-    newest = event_texts(messages[-AHEAD_STEP_MESSAGES:], chunk_tokens=chunk_tokens)
+    newest = event_texts(messages[-AHEAD_STEP_MESSAGES:][::-1], chunk_tokens=chunk_tokens)
     embedded = [t for call in calls for t in call]
     newest = list(dict.fromkeys(newest))
     assert embedded[:len(newest)] == newest, "the newest messages go first (each text once)"
@@ -124,7 +124,7 @@ async def test_an_ingest_embeds_its_newest_messages_ahead_while_it_extracts(side
     await settle(sidecar, "c")
     messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
     chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
-    newest = list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:], chunk_tokens=chunk_tokens)))
+    newest = list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:][::-1], chunk_tokens=chunk_tokens)))
     embedded = [t for call in calls for t in call]
     assert embedded[:len(newest)] == newest
     assert len(embedded) == len(set(embedded)), "a text was embedded twice"

@@ -162,7 +162,8 @@ class ChatProcessor:
                 if low > high:
                     return
                 messages = await self.store.read(lambda conn: load_messages(conn, chat_id, low, high))
-                texts = [t for t in dict.fromkeys(event_texts(messages, chunk_tokens=chunk_tokens)) if t not in sent]
+                newest_first = event_texts(messages[::-1], chunk_tokens=chunk_tokens)
+                texts = [t for t in dict.fromkeys(newest_first) if t not in sent]
                 for i in range(0, len(texts), AHEAD_TEXTS_PER_CALL):
                     part = texts[i:i + AHEAD_TEXTS_PER_CALL]
                     await self.embedding.embeddings.embed_texts(part)
