@@ -6,9 +6,9 @@ conversations/*.json; train.json is not needed), each whole and, when long, also
 (what a memory holds is a message or a part of one). Duplicates are dropped, the order shuffled with a
 fixed seed. The first `n_queries` texts (not in the stored set) are embedded as queries.
 
-Vectors are made by the product's LocalEmbedder (embed.local_weights float32) and cached in
-.eval-cache/hnsw-real/ (git-ignored); a later run reuses them. Embedding 100k short texts costs about
-a CPU hour on the shared 2-core machine.
+Vectors are made by the product's LocalEmbedder at its default weights (embed.local_weights, int8) and
+cached in .eval-cache/hnsw-real/ (git-ignored); a later run reuses them (delete the folder after the
+default changes). Embedding 100k texts (85 characters mean) took 6.5 minutes on the 2-core machine.
 """
 
 from __future__ import annotations

@@ -444,7 +444,7 @@ def print_real_quality(rows: list[dict]) -> None:
         return
     facts = rows[0]["facts"]
     print(f"\nHNSW on real vectors ({facts['texts']:,} texts cached of {facts['available']:,}; sources "
-          f"{facts['sources']}; mean {facts['mean_chars']} characters; the bundled model, float32)")
+          f"{facts['sources']}; mean {facts['mean_chars']} characters; the bundled model at its default weights)")
     print(f"{'memories':>9} {'M':>3} {'efC':>4} {'ef':>4} {'recall@10':>10} {'query p50':>10} {'build':>7}")
     for r in rows:
         print(f"{r['size']:>9,} {r['m']:>3} {r['ef_construction']:>4} {r['ef']:>4} {r['recall_at_10']:>10.3f} "
