@@ -358,6 +358,10 @@ async def test_node_create_text_shorthand(client, chat):
 
 async def test_node_create_into_a_new_chat(client):
     node = (await ok_json(await client.post(url("fresh", "/nodes"), json={"text": "The tea is green"})))["node"]
+    # Its vector index is loaded and holds it: the first recall never waits for a load (under load the wait
+    # ran out, and keywords alone found nothing in a chat of one memory).
+    index = await sc_of(client).indexes.vectors.get_within("fresh", 0)
+    assert index is not None and node["id"] in index
     assert node["id"] in await recalled_ids(client, "fresh", "green tea")
 
 

@@ -131,6 +131,10 @@ class Memories:
 
         touched = await self.store.write(write)
         await self.indexes.lexical.apply(chat_id, touched)
+        # The chat's vector index is loaded now (built, for a new chat), so the memory goes into it once
+        # embedded: else the next recall may find the index still loading and answer from keywords alone,
+        # which a chat of one memory scores below the keyword floor.
+        await self.indexes.vectors.get(chat_id)
         await self.embedding.embed_quietly(chat_id)
         return await self.get(chat_id, node.id)
 
