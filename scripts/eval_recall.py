@@ -139,11 +139,11 @@ async def read_ablations(product, chats: list[dict], *, suffix: str, budget: int
             finally:
                 await client.put_settings({k: defaults[k] for k in settings_values})
                 await product.restart(None)
-        elif kind == "tuning":
+        elif kind in ("tuning", "long tuning"):
             client = await product.restart(values)
             try:
                 variants[name] = await product_outcomes(client, chats, suffix=suffix, budget=budget,
-                                                        details=details[name])
+                                                        details=details[name], long_input=kind == "long tuning")
             finally:
                 await product.restart(None)
         elif kind == "query":
@@ -290,6 +290,9 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.option("--setting", "settings", type=(str, str), multiple=True,
               help="Product setting for the whole run, VALUE as JSON (repeatable), as for `stbme serve`.")
 @click.option("--no-ablations", is_flag=True, help="Skip the ablation passes.")
+@click.option("--variant", "variants_opt", type=(str, str), multiple=True,
+              help="One more read ablation: NAME and the recall/tuning.py constants it sets, as JSON (repeatable; "
+                   "runs even with --only; a NAME that starts with 'long input' asks as that ablation does).")
 @click.option("--no-sides", is_flag=True,
               help="Skip the product's keyword-only and vector-only passes (run on every chat otherwise).")
 @click.option("--only", "only", multiple=True, help="Only the ablations whose name contains this (repeatable).")
@@ -307,10 +310,16 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
               help="Print this many questions BM25 answers and the product misses.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write every per-question result here.")
-def main(set_path, public, split, quick, chat_ids, settings, no_ablations, no_sides, only, no_vectors, no_bare_vectors,
-         ablation_split, data_dir, keep, cache_dir, n_examples, json_path):
+def main(set_path, public, split, quick, chat_ids, settings, no_ablations, variants_opt, no_sides, only, no_vectors,
+         no_bare_vectors, ablation_split, data_dir, keep, cache_dir, n_examples, json_path):
     """Evaluate recall of the product against baselines on the generated roleplay set or public sets."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
+    for name, raw in variants_opt:
+        try:   # a name that starts with "long input" asks as that ablation does
+            READ_ABLATIONS[name] = ("long tuning" if name.startswith("long input") else "tuning", json.loads(raw))
+        except ValueError as exc:
+            raise click.BadParameter(f"{name}: {exc}", param_hint="--variant") from None
+    only = (*only, *(name for name, _ in variants_opt)) if only else only
     started = time.monotonic()
     categories = evalset.CATEGORIES
     if public:
