@@ -53,6 +53,11 @@ def test_the_time_asked_about_is_read_apart_but_today_is_no_filter():
     assert plan_query("Where would I find the hard drive today?", [], now=WED, lang="en").time is None
     assert plan_query("你今天在哪儿干活？", [], now=WED, lang="zh").time is None
     assert plan_query("六天前杜娘子怎么了？", [], now=WED, lang="zh").time.span.start == dt.date(2026, 3, 12)
+    # Searched with its time words or without (recall/tuning.SEARCH_TIME_WORDS): the days are read apart either way.
+    plan = plan_query("Where was Elise on 31 Dec 2023?", [], now=WED, lang="en", search_time_words=True)
+    assert plan.parts == ["Where was Elise on 31 Dec 2023?"] and plan.topic == "Where was Elise?"
+    assert plan.time.span.start == dt.date(2023, 12, 31)
+    assert plan_query("Where was Elise on 31 Dec 2023?", [], now=WED, lang="en").parts == ["Where was Elise?"]
 
 
 # -- fusion and order ------------------------------------------------------------------------------

@@ -267,6 +267,14 @@ def test_query_absolute_date():
     assert query_time("江离3月14日遇上什么倒霉事了？", WED).topic == "江离遇上什么倒霉事了？"
 
 
+def test_query_numeric_dates_dotted_day_first_slashed_left_alone():
+    qt = query_time("What did Kevin do on 14.01.2024?", WED)
+    assert (qt.kind, qt.span) == ("absolute", DateSpan.day(D(2024, 1, 14)))
+    assert query_time("What happened on 2024-01-14?", WED).span == DateSpan.day(D(2024, 1, 14))
+    assert query_time("When did Akib start to read 11/22/63 by Stephen King?", WED) is None   # a title, or US/EU
+    assert query_time("What happened on 32.01.2024 or 3.14.2024?", WED) is None   # no such days
+
+
 def test_query_day_of_month_offers_earlier_months():
     qt = query_time("Ilse had a bad day on the 14th. What happened?", WED)
     assert qt.span == DateSpan.day(D(2026, 3, 14))
@@ -298,6 +306,18 @@ def test_query_prefers_the_date_asked_about():
     assert qt.expression == "March 4"
     assert query_time("Where is the key?", WED) is None
     assert query_time("钥匙在哪儿？", WED) is None
+
+
+def test_a_date_that_bounds_the_question_is_not_the_day_asked_about():
+    # "before December 23rd" asks about any day before it: the 23rd's memories are no answer.
+    assert query_time("Did Vanessa take the test before December 23rd, 2023?", WED) is None
+    assert query_time("What was Kate watching shortly before 7 Jan 2024?", WED) is None
+    assert query_time("What has Mara done since March 4?", WED) is None
+    assert query_time("12月23日之前他去了哪里？", WED) is None
+    assert query_time("What did Mara do on March 4, before the storm?", WED).span == DateSpan.day(D(2026, 3, 4))
+    # "the night of 10.01.2024" names a date, not an event to look up.
+    qt = query_time("What did Kevin watch on the night of 10.01.2024?", WED, "en", lambda phrase: WED)
+    assert (qt.kind, qt.span) == ("absolute", DateSpan.day(D(2024, 1, 10)))
 
 
 def test_query_anchored_to_an_event_english():

@@ -87,6 +87,16 @@ def _from_epoch(number: float) -> dt.date | None:
         return None
 
 
+_DOTTED_DATE = re.compile(r"(?<![\d.])(?P<d>\d{1,2})\.(?P<m>\d{1,2})\.(?P<y>\d{4})(?![\d.])")
+# A date that bounds what is asked ("before December 23rd", "12月23日之前") does not name the day asked about.
+_BOUND_BEFORE_DATE = re.compile(r"(?<![\w-])(?:before|after|since|until|till|prior\s+to)\s*$", re.I)
+_BOUND_AFTER_DATE = re.compile(r"\s*(?:之前|以前|之后|以后|以来)")
+
+
+def _bounds(query: str, found: Found) -> bool:
+    return bool(_BOUND_BEFORE_DATE.search(query[:found.start]) or _BOUND_AFTER_DATE.match(query, found.end))
+
+
 def _readers(lang: str | None) -> tuple:
     """The language readers for `lang` ("en", "zh"; anything else: both)."""
     code = (lang or "").lower()
@@ -98,11 +108,14 @@ def _readers(lang: str | None) -> tuple:
 
 
 def _iso_dates(text: str) -> list[Found]:
+    """Numeric dates: ISO 2024-01-10, and dotted 10.01.2024, which is day first wherever it is written
+    (slashed dates are left alone: 01/10/2024 is January in the US and October elsewhere)."""
     out = []
-    for m in _ISO_IN_TEXT.finditer(text):
-        day = safe_date(int(m["y"]), int(m["m"]), int(m["d"]))
-        if day:
-            out.append(Found(m.start(), m.end(), DateSpan.day(day), "absolute"))
+    for rx in (_ISO_IN_TEXT, _DOTTED_DATE):
+        for m in rx.finditer(text):
+            day = safe_date(int(m["y"]), int(m["m"]), int(m["d"]))
+            if day:
+                out.append(Found(m.start(), m.end(), DateSpan.day(day), "absolute"))
     return out
 
 
@@ -174,7 +187,7 @@ def query_time(query: str, now: dt.date, lang: str | None = None,
         return None
     # "Where is the key today?", "你今天在哪": a question about the present names no day to search;
     # today's messages are the ones still in the prompt.
-    found = [f for f in _find(query, now, lang, query=True) if f.span != DateSpan.day(now)]
+    found = [f for f in _find(query, now, lang, query=True) if f.span != DateSpan.day(now) and not _bounds(query, f)]
     if found:
         best = max(found, key=lambda f: (_RANK[f.kind], f.start))
         return QueryTime(best.kind, best.span, query[best.start:best.end], best.start, best.end,

@@ -200,8 +200,8 @@ def find_anchors(text: str) -> list[AnchorFound]:
             kept.append(w)
         while kept and kept[0].group(0).lower() in _ANCHOR_LEAD:
             kept.pop(0)
-        if not kept or kept[0].group(0).lower() in _NOT_ANCHORS:
-            continue
+        if not kept or kept[0].group(0).lower() in _NOT_ANCHORS or kept[0].group(0)[0].isdigit():
+            continue   # "the night of 10.01.2024" names a date, not an event
         base = m.start("rest")
         phrase_start, phrase_end = base + kept[0].start(), base + kept[-1].end()
         direction = (m["dir"] or m["dir2"] or "").lower()

@@ -106,10 +106,13 @@ def rare_terms_of_recent(cleaned: str, recent: list[str], weights: Callable[[str
 
 def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
                find_anchor: Callable[[str], dt.date | None] | None = None,
-               weights: Callable[[str], dict[str, float]] | None = None, borrow_terms: bool = False) -> QueryPlan:
+               weights: Callable[[str], dict[str, float]] | None = None, borrow_terms: bool = False,
+               search_time_words: bool = False) -> QueryPlan:
     """What to search for `text` (the user's new input); `recent` are the last turns, newest first;
     `weights(text)` gives its terms' weight in the chat (for a long input's salient parts, and with
-    `borrow_terms` for the rare terms of the recent turns an input leans on)."""
+    `borrow_terms` for the rare terms of the recent turns an input leans on). `search_time_words`: the
+    time expression stays in the parts searched by keywords and vectors ("on 31 Dec" is also New Year's
+    Eve); the days it names are searched apart all the same."""
     cleaned = clean_input(text)
     borrowed: list[str] = []
     leans_back = bool(cleaned and recent and refers_back(cleaned))
@@ -119,5 +122,7 @@ def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
         borrowed = rare_terms_of_recent(cleaned, recent, weights, leans_back=leans_back)
     when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
     topic = when.topic if when is not None and when.topic.strip() else cleaned
-    parts = salient_windows(topic, weights) if count_tokens(topic) > LONG_INPUT_TOKENS else split_parts(topic)
-    return QueryPlan(cleaned, parts or [topic], topic, when, borrowed)
+    searched = cleaned if search_time_words else topic
+    parts = (salient_windows(searched, weights) if count_tokens(searched) > LONG_INPUT_TOKENS
+             else split_parts(searched))
+    return QueryPlan(cleaned, parts or [searched], topic, when, borrowed)

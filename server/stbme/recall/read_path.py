@@ -135,20 +135,25 @@ def _input_text(q: RecallQuery, recent: list[str]) -> str:
     return q.query if q.query.strip() else (recent[0] if recent else "")  # continue/regenerate: the last turn
 
 
+def _plan_tuning() -> dict:
+    """The named numbers of recall/tuning.py that plan_query takes (read when asked: the evaluation
+    overrides them)."""
+    return {"borrow_terms": tuning.BORROW_RARE_TERMS, "search_time_words": tuning.SEARCH_TIME_WORDS}
+
+
 async def _plan(q: RecallQuery, settings, *, now, store: Store, chat_id: str, lexical) -> QueryPlan:
     recent = _recent_texts(q, settings)
     text = _input_text(q, recent)
     if not settings("recall.query_cleanup"):
         return QueryPlan(text, [text], text)
     lang = detect_language([text])
-    plan = plan_query(text, recent, now=now, lang=lang, weights=lexical.term_weights,
-                      borrow_terms=tuning.BORROW_RARE_TERMS)
+    plan = plan_query(text, recent, now=now, lang=lang, weights=lexical.term_weights, **_plan_tuning())
     when = plan.time
     if when is not None and when.kind == "anchor" and when.span is None and when.anchor:
         day = await anchor_day(store, chat_id, lexical, when.anchor)  # "the day after the festival": which day?
         if day is not None:
             plan = plan_query(text, recent, now=now, lang=lang, find_anchor=lambda _phrase: day,
-                              weights=lexical.term_weights, borrow_terms=tuning.BORROW_RARE_TERMS)
+                              weights=lexical.term_weights, **_plan_tuning())
     return plan
 
 
@@ -163,7 +168,7 @@ def plan_query_draft(q: RecallQuery, settings, lexical) -> list[str]:
     if not settings("recall.query_cleanup"):
         return [text]
     return plan_query(text, recent, now=dt.date.today(), lang=detect_language([text]),
-                      weights=lexical.term_weights).parts
+                      weights=lexical.term_weights, **_plan_tuning()).parts
 
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,

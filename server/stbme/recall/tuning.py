@@ -16,6 +16,7 @@ CANDIDATES = 100             # memories each ranked list (keywords, vectors, per
 LEXICAL_WEIGHT = 2.0         # weight of the keyword (BM25) lists in reciprocal-rank fusion
 LEXICAL_WEIGHT_CJK = 1.0     # ... for a Chinese (CJK) input, whose keywords are character bigrams (None: the same)
 VECTOR_WEIGHT = 1.0          # weight of the vector (HNSW) lists
+SEARCH_TIME_WORDS = True     # the question's time expression stays in its keyword and vector search
 TIME_WEIGHT = 3.0            # the memories of the days a question names ("on March 4", 六天前)
 LATEST_WEIGHT = 1.0          # for a question about now: the memories that say its subject changed, newest first
 GRAPH_WEIGHT = 0.5           # the memories of the less common names the first hits involve (multi-hop)
