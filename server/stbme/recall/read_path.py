@@ -167,8 +167,9 @@ def plan_query_draft(q: RecallQuery, settings, lexical) -> list[str]:
     text = _input_text(q, recent)
     if not settings("recall.query_cleanup"):
         return [text]
+    # Only the parts: the recent turns' rare terms (borrow_terms) are left to the real plan.
     return plan_query(text, recent, now=dt.date.today(), lang=detect_language([text]),
-                      weights=lexical.term_weights, **_plan_tuning()).parts
+                      weights=lexical.term_weights, search_time_words=tuning.SEARCH_TIME_WORDS).parts
 
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,
