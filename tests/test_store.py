@@ -147,3 +147,45 @@ def test_a_stopped_server_leaves_everything_in_the_database_file(tmp_path):
     assert not wal.exists() or wal.stat().st_size == 0
     assert _rows_in_copy_of_main_file(db, tmp_path, "SELECT count(*) FROM messages WHERE chat_id = 'backup-me'") \
         == [(2,)]
+
+
+def test_the_memories_to_embed_come_newest_first_from_their_indexes(tmp_path):
+    """The embedding pass asks for them again and again during an ingest: name anchors first, then the
+    newest messages' memories, then those holding another embedder's vector. Each lookup is a range of
+    an index (m015), not a walk over every memory of the chat and its vector."""
+    import numpy as np
+
+    from stbme.graph.model import Node, node_to_row
+    from stbme.store.queries import count_unembedded, unembedded_nodes
+
+    conn = sqlite3.connect(tmp_path / "db.sqlite3", isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    migrate(conn)
+    vector = np.ones(4, np.float32)
+
+    def add(node_id, chat="c", seq=None, embedder=None, archived=False):
+        node = Node(id=node_id, chat_id=chat, type="event", fields={"summary": node_id}, seq_from=seq, seq_to=seq,
+                    archived=archived, embedding=vector if embedder else None, embedder=embedder)
+        row = node_to_row(node)
+        conn.execute(f"INSERT INTO nodes ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+
+    for seq in range(10):
+        add(f"m{seq}", seq=seq, embedder="now" if seq % 2 else None)
+    add("anchor")
+    add("old3", seq=3, embedder="before")
+    add("old9", seq=9, embedder="before")
+    add("gone", seq=11, archived=True)
+    add("theirs", chat="other", seq=12)
+
+    ids = lambda limit: [r["id"] for r in unembedded_nodes(conn, "c", "now", limit)]  # noqa: E731
+    assert ids(20) == ["anchor", "m8", "m6", "m4", "m2", "m0", "old9", "old3"]
+    assert ids(3) == ["anchor", "m8", "m6"]
+    assert ids(7) == ["anchor", "m8", "m6", "m4", "m2", "m0", "old9"]
+    assert count_unembedded(conn, "c", "now") == 8
+    assert count_unembedded(conn, "c", "before") == 6 + 5
+
+    from stbme.store.queries import _OTHER_EMBEDDER, _WITHOUT_VECTOR
+    for sql, args in [(f"SELECT id {_WITHOUT_VECTOR} AND seq_to IS NOT NULL ORDER BY seq_to DESC", ("c",)),
+                      (f"SELECT count(*) {_OTHER_EMBEDDER}", ("c", "now"))]:
+        plan = " ".join(r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", args))
+        assert "USING INDEX nodes_" in plan and "TEMP B-TREE" not in plan and "SCAN" not in plan, plan

@@ -395,6 +395,22 @@ def m014_keep_float32_vectors(conn: sqlite3.Connection) -> None:
                  (json.dumps("float32"),))
 
 
+@migration
+def m015_unembedded_index(conn: sqlite3.Connection) -> None:
+    """The memories still without a vector, by chat and message: the embedding pass asks for the newest 64
+    of them again and again, and found them by walking every memory of the chat newest first, past the
+    ones already embedded (a first ingest's embedding was quadratic in the chat's length). Vectors of
+    another embedder are looked up apart (store/queries.unembedded_nodes) in the second index, whose
+    entries answer the lookup without reading the rows (and their vectors)."""
+    _run_script(
+        conn,
+        """
+        CREATE INDEX nodes_unembedded ON nodes (chat_id, seq_to) WHERE embedding IS NULL AND archived = 0;
+        CREATE INDEX nodes_by_embedder ON nodes (chat_id, embedder, seq_to) WHERE embedding IS NOT NULL AND archived = 0
+        """
+    )
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(

@@ -72,10 +72,18 @@ def count_events(conn: sqlite3.Connection, chat_id: str, limit: int) -> int:
                         " AND type = 'event' LIMIT ?)", (chat_id, limit)).fetchone()[0]
 
 
+# Memories without a vector from the current embedder: those without any (a partial index holds just
+# them), then those with another embedder's (an index of the embedder per memory). Named indexes: without
+# ANALYZE statistics SQLite would rather walk every row of the chat, vectors and all (m015).
+_WITHOUT_VECTOR = "FROM nodes INDEXED BY nodes_unembedded WHERE chat_id = ? AND embedding IS NULL AND archived = 0"
+_OTHER_EMBEDDER = ("FROM nodes INDEXED BY nodes_by_embedder WHERE chat_id = ? AND embedding IS NOT NULL"
+                   " AND archived = 0 AND embedder IS NOT ?")
+
+
 def count_unembedded(conn: sqlite3.Connection, chat_id: str, embedder_id: str) -> int:
     """Active nodes of the chat without a vector from this embedder."""
-    return conn.execute("SELECT count(*) FROM nodes WHERE chat_id = ? AND archived = 0 AND"
-                        " (embedding IS NULL OR embedder IS NOT ?)", (chat_id, embedder_id)).fetchone()[0]
+    return (conn.execute(f"SELECT count(*) {_WITHOUT_VECTOR}", (chat_id,)).fetchone()[0]
+            + conn.execute(f"SELECT count(*) {_OTHER_EMBEDDER}", (chat_id, embedder_id)).fetchone()[0])
 
 
 def chats_with_unembedded(conn: sqlite3.Connection, embedder_id: str) -> list[str]:
@@ -184,11 +192,21 @@ def store_counts(conn: sqlite3.Connection) -> dict[str, int]:
 
 
 def unembedded_nodes(conn: sqlite3.Connection, chat_id: str, embedder_id: str, limit: int) -> list[sqlite3.Row]:
-    """(id, fields, rev) of active nodes of the chat without a vector from this embedder: name anchors
-    (no message) first, then the newest messages' memories, which matter most to the next recall."""
-    return conn.execute("SELECT id, fields, rev FROM nodes WHERE chat_id = ? AND archived = 0 AND"
-                        " (embedding IS NULL OR embedder IS NOT ?) ORDER BY seq_to IS NOT NULL, seq_to DESC LIMIT ?",
-                        (chat_id, embedder_id, limit)).fetchall()
+    """(id, fields, rev) of active nodes of the chat without a vector from this embedder: those without any
+    first, and of each kind the name anchors (no message) first, then the newest messages' memories, which
+    matter most to the next recall. Each step reads index entries in that order, never the rows skipped."""
+    steps = [(f"SELECT id, fields, rev {_WITHOUT_VECTOR} AND seq_to IS NULL LIMIT ?", (chat_id,)),
+             (f"SELECT id, fields, rev {_WITHOUT_VECTOR} AND seq_to IS NOT NULL ORDER BY seq_to DESC LIMIT ?",
+              (chat_id,)),
+             # Rare (an embedder switch, a migration's re-embed): sorted, from the index entries alone.
+             ("SELECT id, fields, rev FROM nodes WHERE rowid IN"
+              f" (SELECT rowid {_OTHER_EMBEDDER} ORDER BY seq_to IS NOT NULL, seq_to DESC LIMIT ?)"
+              " ORDER BY seq_to IS NOT NULL, seq_to DESC", (chat_id, embedder_id))]
+    rows: list[sqlite3.Row] = []
+    for sql, args in steps:
+        if len(rows) < limit:
+            rows += conn.execute(sql, (*args, limit - len(rows))).fetchall()
+    return rows
 
 
 def node_rev(conn: sqlite3.Connection, node_id: str) -> int | None:
