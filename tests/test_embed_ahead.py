@@ -14,7 +14,7 @@ from stbme.pipeline.sync import load_messages
 from stbme.store.queries import chat_row
 from stbme.usecases.processing import AHEAD_MIN_MESSAGES, AHEAD_STEP_MESSAGES, AHEAD_TEXTS_PER_CALL
 
-from conftest import DEADLINE_S, full_sync, settle
+from conftest import DEADLINE_S, full_sync, settle, wait_for
 
 LONG_REPLY = ("Elena trims the wick of the harbour lantern and tells of the night the tide rose over the quay. "
               "She says the fishermen of Saltmere still leave a candle in every window for the drowned, and "
@@ -101,30 +101,32 @@ async def test_a_short_backlog_is_not_embedded_ahead(sidecar, embedder):
 
 async def test_an_ingest_embeds_its_newest_messages_ahead_while_it_extracts(sidecar, embedder, monkeypatch):
     """The real flow: after the first batch of a long backlog, the work ahead starts; the extraction is held
-    before its second batch until the model was asked for the newest messages, so the order is certain."""
+    before its second batch until the model was asked for the newest messages' texts, so the order is
+    certain (unheld, the rest of this chat is extracted in one more batch, and its own embedding begins)."""
     calls: list[list[str]] = []
-    asked = asyncio.Event()
     original_embed, original_next = embedder.embed_passages, sidecar.processor.runner.run_next
+    chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
+
+    async def newest_texts() -> list[str]:
+        messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
+        return list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:][::-1], chunk_tokens=chunk_tokens)))
 
     async def recording(texts):
         calls.append(list(texts))
-        asked.set()
         return await original_embed(texts)
 
     async def held_after_the_first_batch(chat_id, stages):
         status = await sidecar.store.read(lambda conn: chat_row(conn, chat_id))
         if status["processed_upto"] >= 0:
-            await asyncio.wait_for(asked.wait(), DEADLINE_S)
+            wanted = len(await newest_texts())
+            await wait_for(lambda: sum(map(len, calls)) >= wanted, "the newest messages embedded ahead")
         return await original_next(chat_id, stages)
 
     monkeypatch.setattr(embedder, "embed_passages", recording)
     monkeypatch.setattr(sidecar.processor.runner, "run_next", held_after_the_first_batch)
-    chat = roleplay(4 * AHEAD_STEP_MESSAGES)
-    await full_sync(sidecar, "c", chat)
+    await full_sync(sidecar, "c", roleplay(4 * AHEAD_STEP_MESSAGES))
     await settle(sidecar, "c")
-    messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
-    chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
-    newest = list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:][::-1], chunk_tokens=chunk_tokens)))
+    newest = await newest_texts()
     embedded = [t for call in calls for t in call]
     assert embedded[:len(newest)] == newest
     assert len(embedded) == len(set(embedded)), "a text was embedded twice"

@@ -12,6 +12,7 @@ from conftest import HashEmbedder, full_sync, settle, wait_for
 from stbme.api import create_app
 from stbme.api.keys import services_key
 from stbme.services import Services
+from stbme.store.queries import chat_row
 from stbme.usecases.progress import LOG_EVERY_S, WINDOW_BATCHES, ProgressTracker, format_duration
 
 
@@ -117,10 +118,18 @@ class GatedEmbedder(HashEmbedder):
         return await super().embed_passages(texts)
 
 
-async def test_health_and_status_while_a_long_chat_is_processed(aiohttp_client, tmp_path):
+async def test_health_and_status_while_a_long_chat_is_processed(aiohttp_client, tmp_path, monkeypatch):
     embedder = GatedEmbedder(free=3)
     client = await aiohttp_client(create_app(tmp_path / "data", embedder=embedder))
     sc = client.server.app[services_key]
+    original_next = sc.processor.runner.run_next
+
+    async def held_after_the_first_batch(chat_id, stages):  # mid-way until the test has looked
+        if (await sc.store.read(lambda conn: chat_row(conn, chat_id)))["processed_upto"] >= 0:
+            await embedder.gate.wait()
+        return await original_next(chat_id, stages)
+
+    monkeypatch.setattr(sc.processor.runner, "run_next", held_after_the_first_batch)
     await sc.settings_service.update_global({"extract.every": 1})
     await full_sync(client, "long", chat(120))
 
