@@ -57,8 +57,15 @@ class ChangeSet:
         node.chat_id = self.chat_id
         node.rev = self._rev()
         row = node_to_row(node)
-        self.conn.execute(f"INSERT INTO nodes ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                          list(row.values()))
+        insert = f"INSERT INTO nodes ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
+        try:
+            self.conn.execute(insert, list(row.values()))
+        except sqlite3.IntegrityError:
+            if self.conn.execute("SELECT 1 FROM nodes WHERE id = ?", (node.id,)).fetchone() is None:
+                raise
+            # A stable id (model.stable_id) already in use: the memory is kept under a random one.
+            node.id = row["id"] = new_id(node.id.partition("_")[0])
+            self.conn.execute(insert, list(row.values()))
         self._journal("nodes", node.id, None)
         self.touched_nodes.add(node.id)
         self.created_nodes.append(node.id)

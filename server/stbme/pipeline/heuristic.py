@@ -13,7 +13,7 @@ import sqlite3
 from typing import Callable
 
 from ..graph.changes import ChangeSet
-from ..graph.model import Node, new_id, node_text
+from ..graph.model import Node, node_text, stable_id
 from ..graph.schema import Strength
 from ..tokens import count_tokens
 from ..index.lexical import STOPWORDS
@@ -145,8 +145,8 @@ class _Graph:
         key = _name_key(name)
         node_id = self.named.get(key)
         if node_id is None:
-            node = self.cs.insert_node(Node(id=new_id("n"), chat_id=self.cs.chat_id, type=type_,
-                                            fields={"name": name}, importance=6.0))
+            node = self.cs.insert_node(Node(id=stable_id("n", self.cs.chat_id, type_, key), chat_id=self.cs.chat_id,
+                                            type=type_, fields={"name": name}, importance=6.0))
             node_id = self.named[key] = node.id
         return node_id
 
@@ -234,9 +234,9 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
         known = sorted(key for key in graph.named if key != _name_key(speaker) and _mentions(key, folded))
         participants = [speaker] + [n for n in mentioned if graph.named.get(_name_key(n))]
         events = []
-        for chunk in split_chunks(text, chunk_tokens):
+        for part, chunk in enumerate(split_chunks(text, chunk_tokens)):
             node = cs.insert_node(Node(
-                id=new_id("n"), chat_id=cs.chat_id, type="event",
+                id=stable_id("n", cs.chat_id, msg.index, part, chunk), chat_id=cs.chat_id, type="event",
                 fields=_event_fields(speaker, chunk, participants),
                 importance=5.0, seq_from=msg.index, seq_to=msg.index,
                 story_time=story_time_of(msg.send_date, chunk)))
