@@ -292,7 +292,8 @@ def examples(chats: list[dict], product: list, bm25: list, details: dict, n: int
 @click.option("--no-ablations", is_flag=True, help="Skip the ablation passes.")
 @click.option("--variant", "variants_opt", type=(str, str), multiple=True,
               help="One more read ablation: NAME and the recall/tuning.py constants it sets, as JSON (repeatable; "
-                   "runs even with --only; a NAME that starts with 'long input' asks as that ablation does).")
+                   "runs even with --only, not with --no-ablations; a NAME that starts with 'long input' asks as that "
+                   "ablation does).")
 @click.option("--no-sides", is_flag=True,
               help="Skip the product's keyword-only and vector-only passes (run on every chat otherwise).")
 @click.option("--only", "only", multiple=True, help="Only the ablations whose name contains this (repeatable).")
@@ -314,6 +315,9 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, varia
          no_bare_vectors, ablation_split, data_dir, keep, cache_dir, n_examples, json_path):
     """Evaluate recall of the product against baselines on the generated roleplay set or public sets."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the server
+    if variants_opt and no_ablations:
+        raise click.UsageError("--variant runs with the ablation passes: drop --no-ablations (--only NONE runs "
+                               "the variants alone)")
     for name, raw in variants_opt:
         try:   # a name that starts with "long input" asks as that ablation does
             READ_ABLATIONS[name] = ("long tuning" if name.startswith("long input") else "tuning", json.loads(raw))

@@ -33,6 +33,8 @@ async def _brought_in(path) -> tuple[list[tuple], list[str]]:
         await settle(sc, "harbour")
         nodes = await sc.store.read(lambda conn: [tuple(r) for r in conn.execute(
             "SELECT id, type, seq_to, fields FROM nodes WHERE chat_id = 'harbour' ORDER BY id")])
+        # Loaded first: under load a recall that finds the index still loading answers from keywords alone.
+        await sc.indexes.vectors.get("harbour")
         found = await recall(sc, "harbour", {"query": "Thanks, Mara! Where is the compass?", "reinforce": False})
         return nodes, [m["id"] for m in found["memories"]]
     finally:

@@ -34,7 +34,8 @@ from .sync import Message, load_messages
 MAX_BATCH_MESSAGES = 16
 # Without LLM stages (heuristic mode) a backlog's groups merge into batches of up to this many messages:
 # each batch has a fixed cost (its reads, two transactions, the index update), and at 16 a first ingest
-# of 5,000 messages spent 6.0 s making them keyword-searchable instead of 4.3 s at 64. Each group is still
+# of 5,000 messages spent 6.0 s making them keyword-searchable instead of 4.3 s at 64 (in process, with a
+# fake embedder; scripts/bench_ingest.py over HTTP: 17.7 s against 12.6). Each group is still
 # journaled as its own. At most the window _read_batch loads (4 * MAX_BATCH_MESSAGES).
 MERGED_BATCH_MESSAGES = 64
 # A batch ends at a reply: every message gets its own memories at once. How often the memory LLM reads the
