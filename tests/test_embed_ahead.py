@@ -132,6 +132,43 @@ async def test_an_ingest_embeds_its_newest_messages_ahead_while_it_extracts(side
     assert len(embedded) == len(set(embedded)), "a text was embedded twice"
 
 
+async def test_the_call_under_way_when_the_extraction_ends_is_finished_not_thrown_away(sidecar, embedder, monkeypatch):
+    """The extraction ends while the work ahead waits for the model: its call is let finish (cancelled, its
+    vectors were lost and its texts embedded a second time right after)."""
+    calls: list[list[str]] = []
+    cancelled: list[list[str]] = []
+    model_busy, model_free = asyncio.Event(), asyncio.Event()
+    original_embed, original_next = embedder.embed_passages, sidecar.processor.runner.run_next
+
+    async def held_model(texts):
+        calls.append(list(texts))
+        if not model_free.is_set():   # the work ahead's first call (the extraction's start never embeds)
+            model_busy.set()
+            try:
+                await model_free.wait()
+            except asyncio.CancelledError:
+                cancelled.append(list(texts))
+                raise
+        return await original_embed(texts)
+
+    async def extraction(chat_id, stages):
+        status = await sidecar.store.read(lambda conn: chat_row(conn, chat_id))
+        if status["processed_upto"] >= 0:   # after the first batch: once the work ahead's call is under way
+            await wait_for(model_busy.is_set, "the work ahead's first model call")
+        ctx = await original_next(chat_id, stages)
+        if ctx is None:                      # everything is extracted: the call ends only now
+            model_free.set()
+        return ctx
+
+    monkeypatch.setattr(embedder, "embed_passages", held_model)
+    monkeypatch.setattr(sidecar.processor.runner, "run_next", extraction)
+    await full_sync(sidecar, "c", roleplay(4 * AHEAD_STEP_MESSAGES))
+    await settle(sidecar, "c")
+    embedded = [t for call in calls for t in call]
+    assert model_busy.is_set() and not cancelled
+    assert len(embedded) == len(set(embedded)), "a text was embedded twice"
+
+
 async def test_work_ahead_that_fails_is_logged_and_raises_nothing(sidecar, monkeypatch, caplog):
     from stbme.usecases import processing
 

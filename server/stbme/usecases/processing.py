@@ -105,6 +105,7 @@ class ChatProcessor:
         defer = self.memory_llm.mode == "none"
         ahead: asyncio.Task | None = None   # the work ahead under way ...
         ahead_newest, sent_ahead = -1, set()   # ... the newest message it started from, the texts it sent
+        ahead_done = asyncio.Event()           # ... and how it is told to stop after its current model call
         try:
             with self.embedding.deferred(chat_id, defer):
                 while True:
@@ -113,7 +114,12 @@ class ChatProcessor:
                         if not redo_tried and await self._redo_degraded(chat_id):
                             redo_tried = True  # once per run: if the LLM fails again, the retry time moves on
                             continue
-                        await _stop(ahead)   # everything is extracted: the embedding below takes over
+                        # Everything is extracted: the embedding below takes over once the work ahead has
+                        # finished its current call (cancelled mid-call, that call's vectors would be lost
+                        # and its texts embedded again).
+                        ahead_done.set()
+                        if ahead is not None:
+                            await ahead
                         # Also finishes embeddings a failed earlier attempt left behind (raises if still failing,
                         # so the job is retried with backoff, then parked with its error).
                         if await self.embedding.embed_pending(chat_id, limit=EMBED_ROUND if defer else None) and defer:
@@ -125,22 +131,25 @@ class ChatProcessor:
                     newest = ctx.total_messages - 1
                     if (defer and (ahead is None or ahead.done()) and newest > ahead_newest
                             and newest - ctx.end >= AHEAD_MIN_MESSAGES):
-                        ahead_newest = newest
-                        ahead = asyncio.create_task(self._embed_ahead(chat_id, sent_ahead), name="stbme-embed-ahead")
+                        ahead_newest, ahead_done = newest, asyncio.Event()
+                        ahead = asyncio.create_task(self._embed_ahead(chat_id, sent_ahead, ahead_done),
+                                                    name="stbme-embed-ahead")
                     evolution = ctx.data.get("evolution")
                     await self.progress.batch_done(chat_id, ctx.end + 1, ctx.total_messages,
                                                    **({"evolution": evolution.to_json()} if evolution else {}))
         finally:
             await _stop(ahead)
 
-    async def _embed_ahead(self, chat_id: str, sent: set[str] | None = None) -> None:
+    async def _embed_ahead(self, chat_id: str, sent: set[str] | None = None,
+                           done: asyncio.Event | None = None) -> None:
         """While a backlog of messages is extracted oldest first (embedding deferred until it is done), embed
         the texts its newest messages' memories will have, newest first, into the embedding cache: the
         memories of the newest messages, which matter most to the next recall, then find their vectors
         ready. Goes down to where the extraction has got to (or AHEAD_MAX_MESSAGES), and back to the
         newest when more messages arrive; the cache is keyed by text, so a text met again costs nothing and
         one that turns out different (an edit meanwhile) only its vector. Heuristic memories only (no LLM:
-        their texts depend on the message alone). `sent`: the texts sent before in this processing run."""
+        their texts depend on the message alone). `sent`: the texts sent before in this processing run;
+        `done`: once set, it stops before its next model call."""
         def position(conn):   # (last message extracted, newest message)
             processed, stored = _position(conn, chat_id)
             return processed - 1, stored - 1
@@ -161,11 +170,17 @@ class ChatProcessor:
                 messages = await self.store.read(lambda conn: load_messages(conn, chat_id, low, high))
                 newest_first = event_texts(messages[::-1], chunk_tokens=chunk_tokens)
                 texts = [t for t in dict.fromkeys(newest_first) if t not in sent]
+                made = 0
                 for i in range(0, len(texts), AHEAD_TEXTS_PER_CALL):
+                    if done is not None and done.is_set():
+                        break
                     part = texts[i:i + AHEAD_TEXTS_PER_CALL]
                     await self.embedding.embeddings.embed_texts(part)
                     sent.update(part)
-                await self.progress.made_ahead(chat_id, len(texts))   # the time left counts them as made
+                    made += len(part)
+                await self.progress.made_ahead(chat_id, made)   # the time left counts them as made
+                if made < len(texts):
+                    return
                 high = low - 1
         except StbmeError as exc:   # the embedder fails: the embedding after the extraction reports it
             log.info("embedding ahead for chat %r stopped: %s", chat_id, exc.message)
@@ -233,7 +248,8 @@ def _position(conn, chat_id: str) -> tuple[int, int]:
 
 
 async def _stop(task: asyncio.Task | None) -> None:
-    """Cancel the work ahead if it is still under way, and wait until it has stopped."""
+    """Cancel the work ahead if it is still under way (the processing itself failed or was cancelled), and
+    wait until it has stopped."""
     if task is not None and not task.done():
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
