@@ -31,16 +31,17 @@ SCORE_CELLS = 8 << 20  # attention scores per pass (x4 bytes): 512-token windows
 
 
 class E5Engine:
-    def __init__(self, weights: ModelWeights, graph: bytes | str, kind: str = "float32"):
+    def __init__(self, weights: ModelWeights, graph: bytes | str, kind: str = "float32", *, tokenizer=None):
         """`graph`: the encoder of `weights` as a serialized ONNX model (e5_graph.build), or its file;
-        `kind`: the matrix products it was built with (e5_graph.WEIGHT_KINDS)."""
+        `kind`: the matrix products it was built with (e5_graph.WEIGHT_KINDS); `tokenizer`: the one
+        make_tokenizer gave for these weights, if it was made already."""
         self.weights = weights
         # int8 products quantize their input with one scale for the whole pass, so a text's vector would
         # depend on the texts that share its pass (cosine 0.996 between a text alone and in a batch): each
         # window gets a pass of its own, which costs nothing on int8 (37.7 vs 37.3 passages/s, one thread).
         self.window_per_pass = kind == "int8"
         self._session = _session(graph)
-        self._tokenizer = _tokenizer(weights.vocab)
+        self._tokenizer = tokenizer or make_tokenizer(weights.vocab)
         self.dim = self.weights.hidden
         self.window = self.weights.max_positions - 2   # content tokens per window
 
@@ -126,7 +127,7 @@ class E5Engine:
                                         "mask": valid.astype(np.float32)})[0]
 
 
-def _tokenizer(vocab):
+def make_tokenizer(vocab):
     """A SentencePiece unigram processor over the file's pieces. Text arrives normalised and in metaspace
     form (_prepare), so SentencePiece's own normalisation is off; <s>, </s> and <pad> are control pieces
     (never produced from text), <unk> the unknown piece."""

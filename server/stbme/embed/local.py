@@ -89,35 +89,39 @@ def load_engine(kind: str = "float32", graph_dir: Path | None = None):
     earlier start built it for the same weights file, else built there (with no `graph_dir`, in a
     scratch folder) by a child process: building imports the `onnx` package, whose C extensions hold
     the GIL while they load (1 s idle, 5 s under load), and in this process that would stop the server's
-    event loop (a /health on a fresh start waited 4.9 s). Only if the child fails is it built here."""
+    event loop (a /health on a fresh start waited 4.9 s). Meanwhile this process reads the weights and
+    makes the tokenizer (a first start had the model 2.2 s after it began, one after the other). Only if
+    the child fails is the graph built here."""
     path = model_file()
     from . import e5_file
-    from .e5_engine import E5Engine
+    from .e5_engine import E5Engine, make_tokenizer
     _single_threaded_blas()
-    weights = e5_file.load(path)
     cached = Path(graph_dir) / f"e5-small-{kind}-{_file_key(path)}.onnx" if graph_dir is not None else None
     if cached is not None and cached.is_file():
+        weights = e5_file.load(path)
         try:
             return E5Engine(weights, str(cached), kind)   # read by ONNX Runtime itself: no copy held here
         except Exception as exc:  # a damaged or foreign file: build it again
             log.warning("rebuilding the model graph %s: %s", cached, exc)
-    if cached is not None:
-        if not _build_in_child(path, kind, cached):
-            from . import e5_graph
-            graph = e5_graph.build(weights, kind).SerializeToString()
-            try:
-                e5_graph.save(graph, cached)
-            except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
-                log.warning("could not keep the model graph in %s: %s", cached.parent, exc)
-                return E5Engine(weights, graph, kind)
-        _remove_stale_graphs(cached)
-        return E5Engine(weights, str(cached), kind)
-    with tempfile.TemporaryDirectory(prefix="stbme-graph-") as scratch:
-        target = Path(scratch) / "graph.onnx"
-        if _build_in_child(path, kind, target):
-            return E5Engine(weights, str(target), kind)   # the session holds the graph: scratch may go
+    with contextlib.ExitStack() as stack:
+        target = cached or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stbme-graph-"))) / "graph.onnx"
+        pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stbme-graph"))
+        child = pool.submit(_build_in_child, path, kind, target)   # waits on the child: the GIL is free
+        weights = e5_file.load(path)
+        tokenizer = make_tokenizer(weights.vocab)
+        if child.result():
+            if cached is not None:
+                _remove_stale_graphs(cached)
+            return E5Engine(weights, str(target), kind, tokenizer=tokenizer)  # the session holds the graph
     from . import e5_graph
-    return E5Engine(weights, e5_graph.build(weights, kind).SerializeToString(), kind)
+    graph = e5_graph.build(weights, kind).SerializeToString()
+    if cached is not None:
+        try:
+            e5_graph.save(graph, cached)
+            _remove_stale_graphs(cached)
+        except OSError as exc:  # a read-only data directory: the graph is rebuilt at the next start
+            log.warning("could not keep the model graph in %s: %s", cached.parent, exc)
+    return E5Engine(weights, graph, kind, tokenizer=tokenizer)
 
 
 def _remove_stale_graphs(current: Path) -> None:
