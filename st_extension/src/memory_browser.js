@@ -16,6 +16,9 @@ const PAGE = 20;
 export function createMemoryBrowser({ connection }) {
     let offset = 0;
     let total = 0;
+    // Which refresh is the newest: an older one's answer (a slower request, from before the user searched
+    // again) is dropped, or it would replace the newer list.
+    let newest = 0;
     /** @type {Map<string, {name: string, columns: string[], required: string[]}> | null} */
     let types = null;
 
@@ -56,6 +59,8 @@ export function createMemoryBrowser({ connection }) {
             info.textContent = 'Open a chat to browse its memories.';
             return;
         }
+        const asked = ++newest;
+        const outdated = () => asked !== newest || currentChatId() !== chatId;
         await loadTypes();
         const filter = {
             offset,
@@ -68,12 +73,12 @@ export function createMemoryBrowser({ connection }) {
         try {
             res = await connection.client.nodes(chatId, filter);
         } catch (error) {
-            if (currentChatId() !== chatId) return;
+            if (outdated()) return;
             list.replaceChildren();
             info.textContent = error.status === 404 ? 'No memories for this chat yet.' : `Cannot load memories: ${error.message}`;
             return;
         }
-        if (currentChatId() !== chatId) return;
+        if (outdated()) return;
         total = res.total ?? 0;
         const nodes = res.nodes ?? [];
         drawTypeFilter(res.types);

@@ -240,6 +240,54 @@ test('the memory browser lists, searches, pins, edits and archives', async () =>
     });
 });
 
+test('the browser shows the newest search: a slower answer to an earlier one does not replace it', async () => {
+    const CHAT = 'Elena - two searches';
+    await openChat(CHAT, chatHistory([['Where is the lighthouse key?', BLUE_STONE], ...smallTalk(2)]));
+    await stack.showSection('stbme_show_browser', 'stbme_browser', true);
+    // In the page: the answer to a search for "lighthouse" is held until released; `handled` is set by a
+    // timer started when the extension has read it, so it runs after everything the extension does with it
+    // (that is promise continuations only, which all run before any timer).
+    await page.evaluate(() => {
+        const original = window.fetch;
+        let release;
+        const gate = new Promise(resolve => { release = resolve; });
+        window.__held = { asked: false, handled: false, release, original };
+        window.fetch = async (...args) => {
+            const url = String(args[0] instanceof Request ? args[0].url : args[0]);
+            if (!/\/nodes\?.*q=lighthouse/.test(url)) return original(...args);
+            window.__held.asked = true;
+            const response = await original(...args);
+            await gate;
+            const read = response.text.bind(response);
+            response.text = async () => {
+                const text = await read();
+                setTimeout(() => { window.__held.handled = true; });
+                return text;
+            };
+            return response;
+        };
+    });
+    await withCleanup(async () => {
+        await page.fill('#stbme_browser_q', 'lighthouse');
+        await page.click('#stbme_browser_search');
+        await page.waitForFunction(() => window.__held.asked);
+        await page.fill('#stbme_browser_q', '');
+        await page.click('#stbme_browser_search');
+        const all = (await api('GET', `/v1/chats/${enc(CHAT)}/nodes?limit=20`)).data.total;
+        const unfiltered = `1–${all} of ${all}`;
+        await waitFor(async () => await page.textContent('#stbme_browser_info') === unfiltered,
+            { timeoutMs: LOADED_MS, what: `the unfiltered list (${all} memories)` });
+        await page.evaluate(() => window.__held.release());
+        await page.waitForFunction(() => window.__held.handled);
+        assert.equal(await page.textContent('#stbme_browser_info'), unfiltered, 'the older answer was dropped');
+        assert.equal(await page.$$eval('#stbme_browser_list .stbme_node', els => els.length) > 1, true);
+    }, async () => {
+        await page.evaluate(() => { window.__held.release(); window.fetch = window.__held.original; });
+        await page.fill('#stbme_browser_q', '');
+        await stack.showSection('stbme_show_browser', 'stbme_browser', false);
+    });
+});
+
 test("the browser lists every type the chat has, reads a long greeting as one row, edits a type's fields, explains Lock; screenshot", async () => {
     const CHAT = 'Elena - many kinds of memory';
     const greeting = 'The Silver Stag is the last inn before the pass, and tonight its common room is full. ' +
