@@ -189,3 +189,14 @@ def test_the_memories_to_embed_come_newest_first_from_their_indexes(tmp_path):
                       (f"SELECT count(*) {_OTHER_EMBEDDER}", ("c", "now"))]:
         plan = " ".join(r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", args))
         assert "USING INDEX nodes_" in plan and "TEMP B-TREE" not in plan and "SCAN" not in plan, plan
+
+    # Housekeeping's question, which chats have any: from the same indexes, not a scan of every memory.
+    from stbme.store.queries import _CHATS_WITH_UNEMBEDDED, chats_with_unembedded
+    add("done", chat="current", seq=1, embedder="now")
+    add("archived", chat="current", seq=2, archived=True)
+    add("switched", chat="switched", seq=1, embedder="before")
+    assert chats_with_unembedded(conn, "now") == ["c", "other", "switched"]
+    assert chats_with_unembedded(conn, "before") == ["c", "current", "other"]
+    steps = [r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {_CHATS_WITH_UNEMBEDDED}", ("now",))]
+    scans = [step for step in steps if step.startswith("SCAN nodes")]
+    assert sorted(scans) == ["SCAN nodes USING INDEX nodes_by_embedder", "SCAN nodes USING INDEX nodes_unembedded"], steps
