@@ -53,3 +53,47 @@ async def test_embedding_failure_parks_the_job_and_keeps_memories(tmp_path):
         assert "4417" in found["text"]  # keywords still find it
     finally:
         await sc.close()
+
+
+class SwitchableEmbedder(HashEmbedder):
+    """Fails while `broken`; counts the texts it embeds."""
+    broken = True
+
+    async def embed_passages(self, texts):
+        from stbme.embed import EmbedError
+
+        if self.broken:
+            raise EmbedError("embeddings API unreachable")
+        return await super().embed_passages(texts)
+
+
+async def test_housekeeping_embeds_what_a_failed_embedder_left_and_only_that(tmp_path):
+    embedder = SwitchableEmbedder()
+    sc = Services.open(tmp_path, embedder=embedder)
+    sc.worker.max_attempts = 1
+    await sc.start()
+    try:
+        await sync(sc, "c", sync_body(CHAT, start=0))
+
+        async def parked():
+            status = await sc.chats.status("c")
+            return status if status["jobs"]["failed"] else None
+
+        left = (await wait_for(parked, "the job to be parked"))["unembedded"]
+        embedder.broken = False
+        other = [{"role": "user", "name": "Alex", "text": "The lighthouse key is under the blue stone."},
+                 {"role": "assistant", "name": "Elena", "text": "I will fetch it."}]
+        await sync(sc, "d", sync_body(other, start=0))
+        assert (await settle(sc, "d"))["unembedded"] == 0
+        asked, embed_pending = [], sc.embedding.embed_pending
+
+        async def recording(chat_id, **kwargs):
+            asked.append(chat_id)
+            return await embed_pending(chat_id, **kwargs)
+
+        sc.embedding.embed_pending = recording
+        await sc.embedding.backfill()
+        assert asked == ["c"] and left > 0
+        assert (await sc.chats.status("c"))["unembedded"] == 0
+    finally:
+        await sc.close()
