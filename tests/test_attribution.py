@@ -23,6 +23,29 @@ def test_a_name_only_addressed_is_left_out():
     assert without_vocatives("That is great, Irene.") == "That is great."
 
 
+def test_the_quick_check_lets_every_vocative_through():
+    """A text the quick check turns away must have nothing the full pattern finds: checked on roleplay
+    messages of both languages and on the texts above with every cut of their ends."""
+    import sys
+    from pathlib import Path
+
+    from stbme.graph.attribution import _MAY_HAVE_VOCATIVE, _VOCATIVE
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from _roleplay_data import RoleplayChat
+
+    chat = RoleplayChat()
+    examples = ["Thanks, Irene! Have a great one!", "Wow, Tom! Keep it up!", "Hey Irene, how was Paris?",
+                "Irene, did you see it?", "That is great, Irene.", "Good night, Mary Ann", "hey Tom", "Bye, Jo~",
+                "Cheers, Ada)", "Oh, Li…", "Look, Sam: there", "Yes, Kim;", "Irene, \n", "Mel,\tthen"]
+    texts = [chat.message(i).text for i in range(600)]
+    texts += [e[:cut] for e in examples for cut in range(1, len(e) + 1)]
+    turned_away = [t for t in texts if not _MAY_HAVE_VOCATIVE.search(t)]
+    assert len(turned_away) > len(texts) / 3                     # it saves work on most texts ...
+    assert [t for t in turned_away if _VOCATIVE.search(t)] == []  # ... and never hides a vocative
+    assert all(_VOCATIVE.search(e) for e in examples[:12])
+
+
 def test_a_name_the_text_is_about_stays():
     assert without_vocatives("I met Irene at the park, she was great.") == "I met Irene at the park, she was great."
     assert without_vocatives("Irene moved to Paris last year.") == "Irene moved to Paris last year."
