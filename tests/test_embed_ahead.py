@@ -14,7 +14,7 @@ from stbme.pipeline.sync import load_messages
 from stbme.store.queries import chat_row
 from stbme.usecases.processing import AHEAD_MIN_MESSAGES, AHEAD_STEP_MESSAGES, AHEAD_TEXTS_PER_CALL
 
-from conftest import DEADLINE_S, full_sync, settle, wait_for
+from conftest import full_sync, settle, wait_for
 
 LONG_REPLY = ("Elena trims the wick of the harbour lantern and tells of the night the tide rose over the quay. "
               "She says the fishermen of Saltmere still leave a candle in every window for the drowned, and "

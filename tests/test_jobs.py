@@ -29,34 +29,7 @@ async def test_interrupted_job_resumes_after_restart(tmp_path):
 
 
 class BrokenEmbedder(HashEmbedder):
-    async def embed_passages(self, texts):
-        from stbme.embed import EmbedError
-
-        raise EmbedError("embeddings API unreachable")
-
-
-async def test_embedding_failure_parks_the_job_and_keeps_memories(tmp_path):
-    sc = Services.open(tmp_path, embedder=BrokenEmbedder())
-    sc.worker.max_attempts = 1
-    await sc.start()
-    try:
-        await sync(sc, "c", sync_body(CHAT, start=0))
-
-        async def parked():
-            status = await sc.chats.status("c")
-            return status if status["jobs"]["failed"] else None
-
-        status = await wait_for(parked, "the job to be parked")
-        assert status["jobs"]["failed"] == 1 and "unreachable" in status["jobs"]["last_error"]
-        assert status["nodes"] > 0 and status["unembedded"] == status["nodes"]  # written, not lost
-        found = await recall(sc, "c", {"query": "vault code 4417", "budget_tokens": 200})
-        assert "4417" in found["text"]  # keywords still find it
-    finally:
-        await sc.close()
-
-
-class SwitchableEmbedder(HashEmbedder):
-    """Fails while `broken`; counts the texts it embeds."""
+    """Fails while `broken`."""
     broken = True
 
     async def embed_passages(self, texts):
@@ -67,19 +40,41 @@ class SwitchableEmbedder(HashEmbedder):
         return await super().embed_passages(texts)
 
 
-async def test_housekeeping_embeds_what_a_failed_embedder_left_and_only_that(tmp_path):
-    embedder = SwitchableEmbedder()
+async def parked(sc: Services, chat_id: str) -> dict:
+    """The chat's status once its job failed and was parked."""
+    async def failed():
+        status = await sc.chats.status(chat_id)
+        return status if status["jobs"]["failed"] else None
+
+    return await wait_for(failed, f"the job of chat {chat_id!r} to be parked")
+
+
+async def test_embedding_failure_parks_the_job_and_keeps_memories(tmp_path):
+    sc = Services.open(tmp_path, embedder=BrokenEmbedder())
+    sc.worker.max_attempts = 1
+    await sc.start()
+    try:
+        await sync(sc, "c", sync_body(CHAT, start=0))
+        status = await parked(sc, "c")
+        assert status["jobs"]["failed"] == 1 and "unreachable" in status["jobs"]["last_error"]
+        assert status["nodes"] > 0 and status["unembedded"] == status["nodes"]  # written, not lost
+        found = await recall(sc, "c", {"query": "vault code 4417", "budget_tokens": 200})
+        assert "4417" in found["text"]  # keywords still find it
+    finally:
+        await sc.close()
+
+
+async def test_housekeeping_embeds_what_a_failed_embedder_left_and_only_that(tmp_path, monkeypatch):
+    from stbme.usecases import housekeeping
+
+    monkeypatch.setattr(housekeeping, "TICK_S", 3600.0)   # its own timer stays out of the way: the test runs its step
+    embedder = BrokenEmbedder()
     sc = Services.open(tmp_path, embedder=embedder)
     sc.worker.max_attempts = 1
     await sc.start()
     try:
         await sync(sc, "c", sync_body(CHAT, start=0))
-
-        async def parked():
-            status = await sc.chats.status("c")
-            return status if status["jobs"]["failed"] else None
-
-        left = (await wait_for(parked, "the job to be parked"))["unembedded"]
+        left = (await parked(sc, "c"))["unembedded"]
         embedder.broken = False
         other = [{"role": "user", "name": "Alex", "text": "The lighthouse key is under the blue stone."},
                  {"role": "assistant", "name": "Elena", "text": "I will fetch it."}]

@@ -75,9 +75,11 @@ def count_events(conn: sqlite3.Connection, chat_id: str, limit: int) -> int:
 # Memories without a vector from the current embedder: those without any (a partial index holds just
 # them), then those with another embedder's (an index of the embedder per memory). Named indexes: without
 # ANALYZE statistics SQLite would rather walk every row of the chat, vectors and all (m015).
-_WITHOUT_VECTOR = "FROM nodes INDEXED BY nodes_unembedded WHERE chat_id = ? AND embedding IS NULL AND archived = 0"
-_OTHER_EMBEDDER = ("FROM nodes INDEXED BY nodes_by_embedder WHERE chat_id = ? AND embedding IS NOT NULL"
-                   " AND archived = 0 AND embedder IS NOT ?")
+# The conditions are the partial indexes' own, so SQLite may use them.
+_NO_VECTOR = "embedding IS NULL AND archived = 0"
+_OTHER_VECTOR = "embedding IS NOT NULL AND archived = 0 AND embedder IS NOT ?"
+_WITHOUT_VECTOR = f"FROM nodes INDEXED BY nodes_unembedded WHERE chat_id = ? AND {_NO_VECTOR}"
+_OTHER_EMBEDDER = f"FROM nodes INDEXED BY nodes_by_embedder WHERE chat_id = ? AND {_OTHER_VECTOR}"
 
 
 def count_unembedded(conn: sqlite3.Connection, chat_id: str, embedder_id: str) -> int:
@@ -88,10 +90,8 @@ def count_unembedded(conn: sqlite3.Connection, chat_id: str, embedder_id: str) -
 
 # The chats with any: from the two partial indexes of m015 (a scan of every node read each one's vector,
 # 50 ms at 15k memories, and housekeeping asks every minute).
-_CHATS_WITH_UNEMBEDDED = (
-    "SELECT chat_id FROM nodes INDEXED BY nodes_unembedded WHERE embedding IS NULL AND archived = 0"
-    " UNION SELECT chat_id FROM nodes INDEXED BY nodes_by_embedder WHERE embedding IS NOT NULL AND archived = 0"
-    " AND embedder IS NOT ? ORDER BY 1")
+_CHATS_WITH_UNEMBEDDED = (f"SELECT chat_id FROM nodes INDEXED BY nodes_unembedded WHERE {_NO_VECTOR} UNION"
+                          f" SELECT chat_id FROM nodes INDEXED BY nodes_by_embedder WHERE {_OTHER_VECTOR} ORDER BY 1")
 
 
 def chats_with_unembedded(conn: sqlite3.Connection, embedder_id: str) -> list[str]:
