@@ -73,10 +73,12 @@ class ChatIndex:
                         return []
                     k = max(1, k // 2)
         id_of = self.id_of
-        # tolist(): Python ints and floats of the same values, without a numpy scalar per hit.
-        hits = [(id_of[lab], 1.0 - dist) for lab, dist in zip(labels[0].tolist(), distances[0].tolist())]
-        hits.sort(key=lambda hit: (-round(hit[1], 6), hit[0]))  # equal similarity: by node id, not by label
-        return hits
+        similarity = 1.0 - distances[0].astype(np.float64)
+        # Equal similarity (to 6 places, rounded at once in numpy): by node id, not by label. tolist(): Python
+        # ints and floats of the same values, without a numpy scalar per hit.
+        ranked = sorted(zip((-np.round(similarity, 6)).tolist(), (id_of[lab] for lab in labels[0].tolist()),
+                            similarity.tolist()))
+        return [(node_id, sim) for _, node_id, sim in ranked]
 
     def vectors(self, node_ids: list[str]) -> np.ndarray:
         with self.lock:
