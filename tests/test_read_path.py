@@ -154,6 +154,19 @@ async def test_a_question_about_a_day_finds_that_days_memories(sidecar):
     assert "[Mar 11]" in result["text"]  # the story date is shown
 
 
+async def test_of_the_day_asked_about_only_what_the_question_is_about_counts_as_that_day(sidecar):
+    await full_sync(sidecar, "c", _dated_chat())
+    await settle(sidecar, "c")
+
+    def time_listed(result):
+        return {m["seq_range"][0] for m in result["memories"] if "time" in m["score_parts"]}
+
+    about = await recall(sidecar, "c", {"query": "What cracked in the storm nineteen days ago?", "budget_tokens": 800})
+    assert time_listed(about) == {21}   # day 10's lantern, not its small talk (message 20)
+    only_the_day = await recall(sidecar, "c", {"query": "What happened nineteen days ago?", "budget_tokens": 800})
+    assert time_listed(only_the_day) == {20, 21}   # nothing but the day asked: the whole day
+
+
 async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar, monkeypatch):
     monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange",))
     chat = [{"role": "user", "name": "Alex", "text": f"Small talk number {i} about nothing much."}

@@ -20,6 +20,7 @@ import orjson
 from ..index import ChatIndex, LexicalIndex
 from ..store import Store
 from ..store.queries import count_events, nodes_by_ids, nodes_on_days
+from . import tuning
 from .query import QueryPlan
 from ..pipeline.timeline import DateSpan
 
@@ -60,8 +61,14 @@ def by_topic(name: str, weight: float, ids, *, lexical: LexicalIndex, index: Cha
              qvec: np.ndarray | None, topic: str, rrf_k: int) -> Ranking:
     """Rank a given set of memories by the topic: their keyword and vector rankings fused."""
     ids = list(ids)
-    lex = ranked("lex", 2.0, lexical.score_docs(topic, ids)) if topic.strip() else None
-    vec = ranked("vec", 1.0, similarities(index, qvec, ids))
+    return _fuse_topic(name, weight, lexical.score_docs(topic, ids) if topic.strip() else None,
+                       similarities(index, qvec, ids), rrf_k)
+
+
+def _fuse_topic(name: str, weight: float, bm25: dict[str, float] | None, cosine: dict[str, float],
+                rrf_k: int) -> Ranking:
+    lex = ranked("lex", 2.0, bm25) if bm25 is not None else None
+    vec = ranked("vec", 1.0, cosine)
     fused: dict[str, float] = {}
     for part in (lex, vec):
         for r, node_id in enumerate(part.ids if part else ()):
@@ -109,7 +116,19 @@ async def time_ranking(plan: QueryPlan, *, store: Store, chat_id: str, lexical: 
     days = await memories_of_days(store, chat_id, [when.span, *when.alternatives[:2]])
     if not days:
         return None
-    topical = by_topic("time", weight, days, lexical=lexical, index=index, qvec=qvec, topic=plan.topic, rrf_k=rrf_k)
+    bm25 = lexical.score_docs(plan.topic, list(days)) if plan.topic.strip() else None
+    cosine = similarities(index, qvec, list(days))
+    if tuning.TIME_NEEDS_TOPIC and bm25 is not None:
+        # "What did Kevin watch on the night of the 10th?": of that day's memories, those that share more
+        # than a common word with the question, not all the day's small talk. An answer told a day later
+        # ("Had a great night watching the fight", past midnight) then ranks by its words against fewer.
+        # A question that names only the day keeps the whole day.
+        on_topic = {n for n in days if bm25.get(n, 0.0) >= tuning.MIN_BM25}
+        if on_topic:
+            days = {n: v for n, v in days.items() if n in on_topic}
+            bm25 = {n: v for n, v in bm25.items() if n in on_topic}
+            cosine = {n: v for n, v in cosine.items() if n in on_topic}
+    topical = _fuse_topic("time", weight, bm25, cosine, rrf_k)
     # A memory said on the day outranks one that only names it, at equal topic rank.
     scores = {n: v * (0.5 + 0.5 * days[n]) for n, v in topical.scores.items()}
     return ranked("time", weight, scores)
