@@ -46,6 +46,15 @@ def test_the_quick_check_lets_every_vocative_through():
     assert all(_VOCATIVE.search(e) for e in examples[:12])
 
 
+def test_a_name_paired_with_another_across_a_comma_is_no_address():
+    assert without_vocatives("We went to Tulum, Mexico.") == "We went to Tulum, Mexico."
+    assert without_vocatives("Paris, France is lovely.") == "Paris, France is lovely."
+    assert without_vocatives("Tampa, Fort Lauderdale, and Orlando.") == "Tampa, Fort Lauderdale, and Orlando."
+    # a sentence's first word is capitalised anyway: the name after it is the one addressed
+    assert without_vocatives("Absolutely, Liza! It was fun.") == "Absolutely! It was fun."
+    assert without_vocatives("Tom, I'm here.") == "I'm here."
+
+
 def test_a_name_the_text_is_about_stays():
     assert without_vocatives("I met Irene at the park, she was great.") == "I met Irene at the park, she was great."
     assert without_vocatives("Irene moved to Paris last year.") == "Irene moved to Paris last year."
@@ -83,3 +92,21 @@ def test_migration_m012_sends_message_memories_back_to_be_embedded():
     dict(MIGRATIONS)["m012_speaker_text"](conn)
     embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
     assert embedders == {"said": None, "made": "local", "name": "local"}
+
+
+def test_migration_m016_sends_memories_with_a_name_pair_back_to_be_embedded():
+    conn = sqlite3.connect(":memory:")
+    for _name, fn in MIGRATIONS:
+        if _name == "m016_name_pairs_are_not_addressed":
+            break
+        fn(conn)
+    conn.execute("INSERT INTO chats (chat_id, created_at, updated_at) VALUES ('c', 0, 0)")
+    rows = [("pair", {"summary": "We went to Tulum, Mexico.", "speaker": "Elise"}),
+            ("plain", {"summary": "That is great, Irene!", "speaker": "Tom"}),
+            ("no speaker", {"summary": "Tulum, Mexico."})]
+    for node_id, fields in rows:
+        conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
+                     " VALUES (?, 'c', 'event', ?, x'00', 'local', 0, 0)", (node_id, orjson.dumps(fields).decode()))
+    dict(MIGRATIONS)["m016_name_pairs_are_not_addressed"](conn)
+    embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
+    assert embedders == {"pair": None, "plain": "local", "no speaker": "local"}

@@ -20,7 +20,7 @@ _GREETING = (r"(?:hi|hey|hiya|hello|yo|thanks|thank you|thx|bye|goodbye|good nig
 # "Thanks, Irene!", "hey Tom,": a greeting, then the name; "Tom, ..." / "..., Tom!" / "..., Tom." at an end.
 # One pattern (one scan of the text): after a greeting, leading, trailing.
 _VOCATIVE = re.compile(rf"(?i:\b{_GREETING}\b)(?:,\s*|\s+)(?-i:(?P<a>{_NAME}))(?=\s*(?:[,!?.…~:;)]|$))"
-                       rf"|(?:^|(?<=[.!?…]\s))(?P<b>{_NAME}),\s"
+                       rf"|(?:^|(?<=[.!?…]\s))(?P<b>{_NAME})(?=,\s)"
                        rf"|,\s*(?P<c>{_NAME})\s*(?=[!?.…~]|$)")
 # Words that look like names at these places but are not people ("Thanks, God!", "Sorry, Monday...").
 _NOT_A_PERSON = frozenset("god lord jesus man dude bro sis guys everyone everybody all girl boy buddy mate sir "
@@ -45,7 +45,7 @@ def without_vocatives(text: str, speaker: str = "") -> str:
         group = next(g for g in "abc" if match.group(g) is not None)
         name = match.group(group)
         if (name.lower() in _NOT_A_PERSON or _IS_GREETING.fullmatch(name)
-                or (speaker and name.casefold() == speaker.casefold())):
+                or (speaker and name.casefold() == speaker.casefold()) or _paired_with_a_name(match, group)):
             return match.group(0)
         dropped = True
         start, end = match.span(group)
@@ -58,6 +58,22 @@ def without_vocatives(text: str, speaker: str = "") -> str:
     text = re.sub(r"(?:^|(?<=[.!?…]\s)),\s*|\s*,\s*(?=[!?.…,~]|$)", "", text)   # the comma the name left
     text = re.sub(r"\s+(?=[,!?.…])", "", text)
     return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+def _paired_with_a_name(match: re.Match, group: str) -> bool:
+    """A capitalised word on the comma's other side makes a pair, not an address: "we went to Tulum,
+    Mexico.", "Paris, France is lovely" (a place and its country, two names in a row). A sentence's first
+    word is capitalised anyway: in "Absolutely, Liza!" Liza is addressed."""
+    text = match.string
+    if group == "c":
+        return bool(_ENDS_WITH_NAME.search(text, 0, match.start()))
+    if group == "b":
+        return bool(_STARTS_WITH_NAME.match(text, match.end()))
+    return False
+
+
+_ENDS_WITH_NAME = re.compile(r"(?<=[^\s.!?…] )[A-Z][a-zA-Z'\-]*[a-z]$")
+_STARTS_WITH_NAME = re.compile(r",\s+(?!I')[A-Z][a-zA-Z'\-]*[a-z]\b")
 
 
 @functools.lru_cache(maxsize=8192)   # recall reads the same memories' texts again and again

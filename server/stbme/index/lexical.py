@@ -328,7 +328,9 @@ def legacy_file(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(LEXICAL_SUFFIX) + LEGACY_SUFFIX)
 
 
-SAVE_VERSION = 3   # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings
+# 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings; 4: a name paired
+# with another across a comma is kept (m016)
+SAVE_VERSION = 4
 
 
 def _doc_text(row) -> str:

@@ -6,6 +6,7 @@ A shipped migration is never edited; a change of schema is a new function at the
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from typing import Callable
@@ -409,6 +410,26 @@ def m015_unembedded_index(conn: sqlite3.Connection) -> None:
         CREATE INDEX nodes_by_embedder ON nodes (chat_id, embedder, seq_to) WHERE embedding IS NOT NULL AND archived = 0
         """
     )
+
+
+# The texts m016's change of graph/attribution.py can read otherwise (a superset): a capitalised word inside a
+# sentence, a comma and a name at the sentence's end ("to Tulum, Mexico."); a sentence's first word, a comma
+# and a name ("Paris, France is", "Absolutely, Liza!").
+_WORD = r"[A-Z][a-zA-Z'\-]*[a-z]"
+_NAME_PAIR = re.compile(rf"(?<=[^\s.!?…] ){_WORD},\s*{_WORD}(?:\s{_WORD})?\s*(?:[!?.…~]|$)"
+                        rf"|(?:^|(?<=[.!?…]\s)){_WORD}(?:\s{_WORD})?,\s+(?!I'){_WORD}\b")
+
+
+@migration
+def m016_name_pairs_are_not_addressed(conn: sqlite3.Connection) -> None:
+    """A name paired with a capitalised word across a comma ("we went to Tulum, Mexico.", "Paris, France is
+    lovely") is no longer taken for a name the speaker only addresses and left out of the searched and
+    embedded text (graph/attribution.py). The message memories whose text has such a pair are embedded
+    again, as m012 did; the saved keyword indexes are rebuilt on load (index/lexical.SAVE_VERSION 4)."""
+    rows = conn.execute("SELECT id, json_extract(fields, '$.summary') FROM nodes WHERE type = 'event'"
+                        " AND embedding IS NOT NULL AND json_extract(fields, '$.speaker') IS NOT NULL").fetchall()
+    conn.executemany("UPDATE nodes SET embedder = NULL WHERE id = ?",
+                     [(node_id,) for node_id, text in rows if isinstance(text, str) and _NAME_PAIR.search(text)])
 
 
 @hub_migration
