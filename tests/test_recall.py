@@ -13,7 +13,7 @@ from conftest import SILVER_KEY_CHAT, HashEmbedder, create_node, full_sync, reca
 from stbme.api.keys import services_key
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
-from stbme.index.lexical import LexicalCache, LexicalIndex, tokenize
+from stbme.index.lexical import SAVE_VERSION, LexicalCache, LexicalIndex, tokenize
 from stbme.language import detect_language
 from stbme.recall.render import render_block
 from stbme.services import Services
@@ -71,7 +71,7 @@ def test_a_saved_lexical_index_loads_with_the_same_scores_and_refuses_a_damaged_
     for i in range(1200):
         loaded.remove(f"d{i}")                       # removing most slots compacts the loaded postings
     assert [n for n, _ in loaded.search("lantern", 10)] == ["new"] and len(loaded.node_of) < 1000   # compacted
-    for bad in (data[:-4], b"{" + data[1:], data.replace(b'"version":3', b'"version":9', 1)):
+    for bad in (data[:-4], b"{" + data[1:], data.replace(b'"version":%d' % SAVE_VERSION, b'"version":99', 1)):
         with pytest.raises(ValueError):
             LexicalIndex.from_bytes(bad)
     header_end = data.index(b"}", len(b"STBMELEX") + 8) + 1
