@@ -127,6 +127,24 @@ def test_one_memory_per_message_and_ties_by_id(monkeypatch):
     assert picked == ["a2", "b", "c"]  # a2 speaks for message 5 (a is left out); b and c tie: by id
 
 
+def test_order_reads_the_texts_of_the_memories_it_chose_only(monkeypatch):
+    import stbme.recall.ranking as ranking
+
+    monkeypatch.setattr(ranking, "node_from_row", lambda row: Node(id=row["id"], chat_id="c", type="event",
+                                                                   fields={"summary": row["fields"]}))
+    light = {n: {**_row(n, seq), "fields": None} for n, seq in (("a", 1), ("b", 2), ("c", 3), ("gone", 4))}
+    scores = {"a": (0.9, {}), "gone": (0.8, {}), "b": (0.7, {}), "c": (0.1, {})}
+    asked = []
+
+    def node_rows(ids):
+        asked.append(list(ids))
+        return {n: {"id": n, "fields": f"text of {n}"} for n in ids if n != "gone"}   # archived meanwhile
+
+    picked = order(scores, light, limit=3, node_rows=node_rows)
+    assert asked == [["a", "gone", "b"]]                      # one read, of the chosen only
+    assert [(s.node.id, s.node.fields["summary"]) for s in picked] == [("a", "text of a"), ("b", "text of b")]
+
+
 # -- through the store -----------------------------------------------------------------------------
 def _day(offset: int) -> str:
     return (dt.datetime(2026, 3, 1, 12, 0) + dt.timedelta(days=offset)).strftime("%B %d, %Y %I:%M%p")

@@ -173,14 +173,15 @@ def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[st
 
 
 def order(scores: dict[str, tuple[float, dict]], rows: dict, *, limit: int, vectors=None,
-          duplicate_similarity: float = 1.0) -> list[Scored]:
+          duplicate_similarity: float = 1.0, node_rows=None) -> list[Scored]:
     """Best first, one memory per message (the per-message memories), a near-duplicate of one already
     chosen (cosine >= duplicate_similarity) left out; stops at `limit`. Vectors (`vectors(ids)` -> {id:
     vector}) are read only for what may be shown, a few at a time, and a memory becomes a Node only once
-    it is chosen."""
+    it is chosen: from `node_rows(ids)` -> {id: row} when `rows` hold only what ranks them (a chosen
+    memory it no longer finds is left out), else from `rows`."""
     ids = sorted(scores, key=lambda n: (-scores[n][0], n))
     dedupe = vectors is not None and duplicate_similarity < 1.0
-    chosen: list[Scored] = []
+    chosen: list[str] = []
     kept: list[np.ndarray] = []
     known: dict[str, np.ndarray] = {}
     asked: set[str] = set()
@@ -201,7 +202,8 @@ def order(scores: dict[str, tuple[float, dict]], rows: dict, *, limit: int, vect
                 if kept and float(np.max(np.asarray(kept) @ vec)) >= duplicate_similarity:
                     continue
                 kept.append(vec)
-        chosen.append(Scored(node_from_row(row), *scores[node_id]))
+        chosen.append(node_id)
         if len(chosen) >= limit:
             break
-    return chosen
+    full = rows if node_rows is None else node_rows(chosen)
+    return [Scored(node_from_row(full[n]), *scores[n]) for n in chosen if n in full]

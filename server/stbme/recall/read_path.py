@@ -46,10 +46,14 @@ DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == 
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
-# Of a candidate, only what its score, its line in the block, the answer and the rerank prompt use: the
-# rows of the ~70 candidates cost half as much to read and parse. Its Node's other fields are defaults.
-_CANDIDATE_COLUMNS = ("id, chat_id, type, fields, importance, weight, seq_from, seq_to, archived, locked, pinned,"
-                      " story_time, tags, source")
+# Of the ~80 candidates, only what ranks them (score_rows, order); a name anchor's fields too, to know
+# whether it says anything at all. The texts are read for the ~10 shown (_SHOWN_COLUMNS).
+_RANKING_COLUMNS = ("id, type, importance, weight, seq_from, seq_to, pinned, source,"
+                    " CASE WHEN type IN ('character', 'entity', 'location') THEN fields END AS fields")
+# Of a memory shown, only what its line in the block, the answer and the rerank prompt use. Its Node's other
+# fields are defaults.
+_SHOWN_COLUMNS = ("id, chat_id, type, fields, importance, weight, seq_from, seq_to, archived, locked, pinned,"
+                  " story_time, tags, source")
 
 
 @dataclasses.dataclass
@@ -263,7 +267,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         members = graph_members(conn, chat_id, expand)
         neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
-        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_CANDIDATE_COLUMNS,
+        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_RANKING_COLUMNS,
                                                    where="AND archived = 0")
 
     members, neighbour_of, row_list = store.read_inline(around_the_hits)
@@ -284,7 +288,10 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     scores = relevant(scores, found, min_similarity, neighbour_of)
     limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
     result = order(scores, rows, limit=limit, duplicate_similarity=tuning.DUPLICATE_SIMILARITY,
-                   vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None)
+                   vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None,
+                   node_rows=lambda ids: {r["id"]: r for r in store.read_inline(
+                       lambda conn: nodes_by_ids(conn, chat_id, ids, columns=_SHOWN_COLUMNS,
+                                                 where="AND archived = 0"))})
     if reranker is not None:
         result, why = await reranker(result, plan.text, [])
         degraded = degraded or why
