@@ -7,6 +7,8 @@ to the read path are worth. Here both run in one process on two copies of one po
 revision's `server/stbme` is extracted as the package `stbme_base` (the package imports itself only
 relatively, so the copy runs its own code), and every query is asked of both, the order alternating. The
 ratio of their p50s and the median of the per-query ratios come from the same moments of the machine.
+Run it on an idle machine and read the per-query median first: two copies of the same code gave 0.997 to
+0.999 idle, but under scripts/cpu_load.sh a p50 ratio of 1.43 (per-query median 1.025) over 100 queries.
 It also counts the queries whose recalled memories differ: a change meant only for speed shows none.
 
     .venv/bin/python scripts/bench_read_path_ab.py                       # this tree against HEAD, 10k
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -40,18 +41,6 @@ def extract_baseline(rev: str, into: Path) -> None:
                              check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     (into / "server" / "stbme").rename(into / "stbme_base")
-
-
-def forget_newer_migrations(db: Path) -> None:
-    """Let the baseline open a chat this tree populated: drop the record of migrations it does not know
-    (as bench_recall.forget_newer_migrations, for the package under its other name)."""
-    from stbme_base.store.migrations import MIGRATIONS
-
-    known = [name for name, _ in MIGRATIONS]
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute(f"DELETE FROM migrations WHERE name NOT IN ({','.join('?' * len(known))})", known)
-    conn.close()
 
 
 async def open_side(package: str, data_dir: Path, model: VectorModel, queries: list[str]):
@@ -120,7 +109,8 @@ def main(baseline: str, size: int, queries: int) -> None:
         sys.path.insert(0, str(root))
         asyncio.run(br.populate(size, root / "new", 1))   # written by this tree; read by both
         shutil.copytree(root / "new", root / "base")
-        forget_newer_migrations(root / "base" / "stbme.sqlite3")
+        from stbme_base.store.migrations import MIGRATIONS as base_migrations   # let the baseline open it
+        br.forget_migrations_except(root / "base" / "stbme.sqlite3", [name for name, _ in base_migrations])
         r = asyncio.run(compare(size, queries, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -511,6 +511,11 @@ def forget_newer_migrations(db: Path, code: Path) -> None:
     known = subprocess.run([sys.executable, "-c", "from stbme.store.migrations import MIGRATIONS; "
                             "print('\\n'.join(n for n, _ in MIGRATIONS))"], stdout=subprocess.PIPE, text=True,
                            check=True, env={**os.environ, "PYTHONPATH": str(code)}).stdout.split()
+    forget_migrations_except(db, known)
+
+
+def forget_migrations_except(db: Path, known: list[str]) -> None:
+    """Drop the record of every applied migration not named in `known` (see forget_newer_migrations)."""
     conn = sqlite3.connect(db)
     with conn:
         conn.execute(f"DELETE FROM migrations WHERE name NOT IN ({','.join('?' * len(known))})", known)

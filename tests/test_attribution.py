@@ -77,13 +77,19 @@ def test_a_memory_without_a_speaker_reads_as_before():
     assert node_text({"summary": "The bridge fell.", "participants": ["Mara"]}) == "The bridge fell. | participants: Mara"
 
 
-def test_migration_m012_sends_message_memories_back_to_be_embedded():
+def _migrated_before(migration: str) -> sqlite3.Connection:
+    """A database with every migration before `migration` and chat 'c'."""
     conn = sqlite3.connect(":memory:")
-    for _name, fn in MIGRATIONS:
-        if _name == "m012_speaker_text":
+    for name, fn in MIGRATIONS:
+        if name == migration:
             break
         fn(conn)
     conn.execute("INSERT INTO chats (chat_id, created_at, updated_at) VALUES ('c', 0, 0)")
+    return conn
+
+
+def test_migration_m012_sends_message_memories_back_to_be_embedded():
+    conn = _migrated_before("m012_speaker_text")
     rows = [("said", "event", {"summary": "hi", "speaker": "Tom"}), ("made", "event", {"summary": "x"}),
             ("name", "character", {"name": "Tom"})]
     for node_id, type_, fields in rows:
@@ -95,12 +101,7 @@ def test_migration_m012_sends_message_memories_back_to_be_embedded():
 
 
 def test_migration_m016_sends_memories_with_a_name_pair_back_to_be_embedded():
-    conn = sqlite3.connect(":memory:")
-    for _name, fn in MIGRATIONS:
-        if _name == "m016_name_pairs_are_not_addressed":
-            break
-        fn(conn)
-    conn.execute("INSERT INTO chats (chat_id, created_at, updated_at) VALUES ('c', 0, 0)")
+    conn = _migrated_before("m016_name_pairs_are_not_addressed")
     rows = [("pair", {"summary": "We went to Tulum, Mexico.", "speaker": "Elise"}),
             ("plain", {"summary": "That is great, Irene!", "speaker": "Tom"}),
             ("no speaker", {"summary": "Tulum, Mexico."})]

@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import re
 
-_NAME = r"[A-Z][a-zA-Z'\-]*[a-z](?:\s[A-Z][a-zA-Z'\-]*[a-z])?"
+_WORD = r"[A-Z][a-zA-Z'\-]*[a-z]"   # a capitalised word of two letters or more
+_NAME = rf"{_WORD}(?:\s{_WORD})?"
 _GREETING = (r"(?:hi|hey|hiya|hello|yo|thanks|thank you|thx|bye|goodbye|good night|goodnight|night|good morning|"
              r"morning|good evening|good afternoon|congrats|congratulations|welcome|sorry|dear|love you|miss you|"
              r"see you|see ya|cheers|wow|oh|aw|aww|omg|haha|lol|yes|yeah|no|ok|okay|well|come on|happy birthday)")
@@ -60,6 +61,10 @@ def without_vocatives(text: str, speaker: str = "") -> str:
     return re.sub(r"[ \t]{2,}", " ", text).strip()
 
 
+_ENDS_WITH_NAME = re.compile(rf"(?<=[^\s.!?…] ){_WORD}$")   # a capitalised word that does not start a sentence
+_STARTS_WITH_NAME = re.compile(rf",\s+(?!I'){_WORD}\b")
+
+
 def _paired_with_a_name(match: re.Match, group: str) -> bool:
     """A capitalised word on the comma's other side makes a pair, not an address: "we went to Tulum,
     Mexico.", "Paris, France is lovely" (a place and its country, two names in a row). A sentence's first
@@ -72,8 +77,6 @@ def _paired_with_a_name(match: re.Match, group: str) -> bool:
     return False
 
 
-_ENDS_WITH_NAME = re.compile(r"(?<=[^\s.!?…] )[A-Z][a-zA-Z'\-]*[a-z]$")
-_STARTS_WITH_NAME = re.compile(r",\s+(?!I')[A-Z][a-zA-Z'\-]*[a-z]\b")
 
 
 @functools.lru_cache(maxsize=8192)   # recall reads the same memories' texts again and again
