@@ -320,6 +320,15 @@ def test_a_date_that_bounds_the_question_is_not_the_day_asked_about():
     assert (qt.kind, qt.span) == ("absolute", DateSpan.day(D(2024, 1, 10)))
 
 
+def test_a_weekday_beside_a_date_is_that_weekday_before_or_after_it():
+    # "on Friday before 10.01.2024" is the Friday before January 10, not last Friday.
+    qt = query_time("What did Paola make for her mom's birthday on Friday before 10.01.2024?", WED, "en")
+    assert (qt.kind, qt.span, qt.expression) == ("absolute", DateSpan.day(D(2024, 1, 5)), "Friday before 10.01.2024")
+    qt = query_time("Where did we eat the Monday after March 4?", WED, "en")
+    assert qt.span == DateSpan.day(D(2026, 3, 9))
+    assert query_time("What did Mara do on Friday?", WED, "en").kind == "relative"
+
+
 def test_query_anchored_to_an_event_english():
     find = Anchors(**{"Lantern Festival": D(2026, 2, 14), "big storm": D(2026, 3, 6)})
     qt = query_time("What did we come home with from the fish market the day after the Lantern Festival?", WED,

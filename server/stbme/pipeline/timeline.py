@@ -24,7 +24,8 @@ import re
 from typing import Callable
 
 from . import timeline_en, timeline_zh
-from .timeline_days import MAX_SPAN_DAYS, AnchorFound, DateSpan, Found, pick_spans, safe_date
+from .timeline_days import (MAX_SPAN_DAYS, AnchorFound, DateSpan, Found, last_weekday, next_weekday, pick_spans,
+                            safe_date)
 
 __all__ = ["DateSpan", "QueryTime", "parse_send_date", "mentioned_dates", "story_time_of", "query_time",
            "format_story_date", "format_story_span"]
@@ -95,6 +96,24 @@ _BOUND_AFTER_DATE = re.compile(r"\s*(?:之前|以前|之后|以后|以来)")
 
 def _bounds(query: str, found: Found) -> bool:
     return bool(_BOUND_BEFORE_DATE.search(query[:found.start]) or _BOUND_AFTER_DATE.match(query, found.end))
+
+
+# "on Friday before 10.01.2024", "the Monday after March 3rd": a weekday beside a date names a day by that date.
+_WEEKDAY_BESIDE_DATE = re.compile(r"(?<![\w-])(?P<wd>" + "|".join(timeline_en.WEEKDAYS) + r")\s+(?P<side>before|after)\s*$",
+                                  re.I)
+
+
+def _weekdays_beside_dates(query: str, found: list[Found]) -> list[Found]:
+    out = []
+    for date in found:
+        m = _WEEKDAY_BESIDE_DATE.search(query[:date.start]) if date.span.days == 1 else None
+        if m:
+            weekday = timeline_en.WEEKDAYS[m["wd"].lower()]
+            step = last_weekday if m["side"].lower() == "before" else next_weekday
+            day = step(date.span.start, weekday)
+            if day is not None:
+                out.append(Found(m.start(), date.end, DateSpan.day(day), "absolute"))
+    return out
 
 
 def _readers(lang: str | None) -> tuple:
@@ -187,7 +206,9 @@ def query_time(query: str, now: dt.date, lang: str | None = None,
         return None
     # "Where is the key today?", "你今天在哪": a question about the present names no day to search;
     # today's messages are the ones still in the prompt.
-    found = [f for f in _find(query, now, lang, query=True) if f.span != DateSpan.day(now) and not _bounds(query, f)]
+    every = _find(query, now, lang, query=True)
+    found = [f for f in every if f.span != DateSpan.day(now) and not _bounds(query, f)]
+    found += _weekdays_beside_dates(query, every)
     if found:
         best = max(found, key=lambda f: (_RANK[f.kind], f.start))
         return QueryTime(best.kind, best.span, query[best.start:best.end], best.start, best.end,
