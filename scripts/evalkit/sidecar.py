@@ -154,8 +154,17 @@ class Client:
     async def status(self, chat_id: str) -> dict:
         return await self.call("GET", self.chat_url(chat_id, "/status"))
 
-    async def recall(self, chat_id: str, body: dict) -> dict:
-        return await self.call("POST", self.chat_url(chat_id, "/recall"), body)
+    async def recall(self, chat_id: str, body: dict, timeout: float = 120.0) -> dict:
+        """The recall's answer once the chat's vector index is loaded: a restarted server answers from
+        keywords alone while it loads, and the evaluation measures the product that has both."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = await self.call("POST", self.chat_url(chat_id, "/recall"), body)
+            if "still loading" not in answer.get("degraded", ""):
+                return answer
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"chat {chat_id}: {answer['degraded']} after {timeout:.0f} s")
+            await asyncio.sleep(0.05)
 
     async def node(self, chat_id: str, node_id: str) -> dict:
         return (await self.call("GET", self.chat_url(chat_id, f"/nodes/{quote(node_id, safe='')}")))["node"]
