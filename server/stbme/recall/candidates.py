@@ -107,6 +107,15 @@ async def memories_of_days(store: Store, chat_id: str, spans: list[DateSpan]) ->
     return weights
 
 
+async def told_after(store: Store, chat_id: str, span: DateSpan, days: int) -> set[str]:
+    """The memories said in the `days` days after the span."""
+    if days <= 0:
+        return set()
+    first, last = span.end + dt.timedelta(days=1), span.end + dt.timedelta(days=days)
+    rows = await store.read(lambda conn: nodes_on_days(conn, chat_id, first.isoformat(), last.isoformat()))
+    return {node_id for node_id, _day, mentioned in rows if not mentioned}
+
+
 async def time_ranking(plan: QueryPlan, *, store: Store, chat_id: str, lexical: LexicalIndex,
                        index: ChatIndex | None, qvec: np.ndarray | None, weight: float, rrf_k: int) -> Ranking | None:
     """The memories of the days the question names, ranked by its topic; None when it names no day."""
@@ -114,9 +123,18 @@ async def time_ranking(plan: QueryPlan, *, store: Store, chat_id: str, lexical: 
     if when is None or weight <= 0 or when.span is None:
         return None
     days = await memories_of_days(store, chat_id, [when.span, *when.alternatives[:2]])
+    topic = plan.topic.strip()
+    # What happened on a day is often told the next day ("Had a great night watching the fight", past
+    # midnight): those memories count as naming the day, when the topic finds them by keywords (below).
+    later = (await told_after(store, chat_id, when.span, tuning.DAYS_TOLD_AFTER) - set(days)) if topic else set()
+    if not days and not later:
+        return None
+    bm25 = lexical.score_docs(plan.topic, [*days, *later]) if topic else None
+    if later and bm25 is not None:
+        days.update((n, 0.5) for n in later if bm25.get(n, 0.0) >= tuning.MIN_BM25)
+        bm25 = {n: v for n, v in bm25.items() if n in days}
     if not days:
         return None
-    bm25 = lexical.score_docs(plan.topic, list(days)) if plan.topic.strip() else None
     cosine = similarities(index, qvec, list(days))
     if tuning.TIME_NEEDS_TOPIC and bm25 is not None:
         # "What did Kevin watch on the night of the 10th?": of that day's memories, those that share more
