@@ -185,22 +185,22 @@ async def test_of_the_day_asked_about_only_what_the_question_is_about_counts_as_
     assert time_listed(only_the_day) == {20, 21}   # nothing but the day asked: the whole day
 
 
-async def test_what_a_day_was_about_may_be_told_the_day_after(sidecar, monkeypatch):
+async def test_what_happened_on_a_date_may_be_told_the_day_after(sidecar, monkeypatch):
     chat = _dated_chat()
     chat[23] = dict(chat[23], text="Elena: the fiddler played at the harbour until dawn, what a party that was.")
     await full_sync(sidecar, "c", chat)
     await settle(sidecar, "c")
-    ask = {"query": "Who played the fiddler nineteen days ago?", "budget_tokens": 800}
+    ask = {"query": "Who played the fiddler on March 11?", "budget_tokens": 800}   # day 10
 
     def time_listed(result):
         return {m["seq_range"][0] for m in result["memories"] if "time" in m["score_parts"]}
 
     assert time_listed(await recall(sidecar, "c", ask)) == {23}   # said on day 11, about the night of day 10
+    # A day reckoned from now keeps to its day; so does a date asked about with nothing else.
+    assert 23 not in time_listed(await recall(sidecar, "c", {"query": "Who played the fiddler nineteen days ago?"}))
+    assert time_listed(await recall(sidecar, "c", {"query": "What happened on March 11?"})) == {20, 21}
     monkeypatch.setattr(tuning, "DAYS_TOLD_AFTER", 0)
     assert 23 not in time_listed(await recall(sidecar, "c", ask))
-    # A question that names nothing but the day keeps to that day.
-    monkeypatch.setattr(tuning, "DAYS_TOLD_AFTER", 2)
-    assert time_listed(await recall(sidecar, "c", {"query": "What happened nineteen days ago?"})) == {20, 21}
 
 
 async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar, monkeypatch):

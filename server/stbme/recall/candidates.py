@@ -124,9 +124,13 @@ async def time_ranking(plan: QueryPlan, *, store: Store, chat_id: str, lexical: 
         return None
     days = await memories_of_days(store, chat_id, [when.span, *when.alternatives[:2]])
     topic = plan.topic.strip()
-    # What happened on a day is often told the next day ("Had a great night watching the fight", past
-    # midnight): those memories count as naming the day, when the topic finds them by keywords (below).
-    later = (await told_after(store, chat_id, when.span, tuning.DAYS_TOLD_AFTER) - set(days)) if topic else set()
+    # What happened on a calendar date is often told the next day ("Had a great night watching the fight",
+    # past midnight): those memories count as naming the day, when the topic finds them by keywords (below).
+    # Only for a date: a day reckoned from now or from an event ("yesterday", "the day before the storm")
+    # gained nothing by it on the public sets, which have no such questions, and lost on the generated set.
+    later = set()
+    if topic and when.kind == "absolute":
+        later = await told_after(store, chat_id, when.span, tuning.DAYS_TOLD_AFTER) - set(days)
     if not days and not later:
         return None
     bm25 = lexical.score_docs(plan.topic, [*days, *later]) if topic else None

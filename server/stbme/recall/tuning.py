@@ -19,8 +19,8 @@ VECTOR_WEIGHT = 1.0          # weight of the vector (HNSW) lists
 SEARCH_TIME_WORDS = True     # the question's time expression stays in its keyword and vector search
 TIME_WEIGHT = 3.0            # the memories of the days a question names ("on March 4", 六天前)
 TIME_NEEDS_TOPIC = True      # ... only those the question's topic finds by keywords (MIN_BM25), when any
-DAYS_TOLD_AFTER = 2          # ... and those said in the next two days, as if they named the day (a night out is
-                             #     told the next day, or past midnight the day after: "Had a great night ...")
+DAYS_TOLD_AFTER = 2          # ... and for a calendar date, those said in the next two days, as if they named it
+                             #     (a night out is told the next day, or past midnight: "Had a great night ...")
 LATEST_WEIGHT = 1.0          # for a question about now: the memories that say its subject changed, newest first
 GRAPH_WEIGHT = 0.5           # the memories of the less common names the first hits involve (multi-hop)
 NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share of its score
