@@ -203,6 +203,36 @@ async def test_what_happened_on_a_date_may_be_told_the_day_after(sidecar, monkey
     assert 23 not in time_listed(await recall(sidecar, "c", ask))
 
 
+async def test_an_input_that_leans_on_the_last_turn_is_also_searched_by_that_turns_stored_vector(sidecar, monkeypatch):
+    import numpy as np
+
+    from stbme.index.hnsw import ChatIndex
+
+    monkeypatch.setattr(tuning, "VECTOR_REFERENCE", True)
+    chat = _quiet_chat(40)
+    chat[38] = {"role": "user", "name": "Alex", "text": "Tell me about the lighthouse keeper on the cliffs."}
+    chat[39] = {"role": "assistant", "name": "Elena", "text": "Corvin keeps the lighthouse now; he swings Dawnbreaker."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    searched = []
+    real_query = ChatIndex.query
+    monkeypatch.setattr(ChatIndex, "query", lambda self, vector, k: searched.append(vector) or real_query(self, vector, k))
+    recent = [{"role": m["role"], "name": m["name"], "text": m["text"]} for m in chat[-4:]]
+    ask = {"query": "And what did he make with his own hands?", "recent": recent, "budget_tokens": 800}
+    await recall(sidecar, "c", ask)
+    index = await sidecar.indexes.vectors.get("c")
+    turn = [n for n, in sidecar.store.read_sync(
+        lambda conn: conn.execute("SELECT id FROM nodes WHERE chat_id = 'c' AND seq_from = 39").fetchall())]
+    turn_vector = index.vectors(turn)[0]
+    assert len(searched) == 2   # the input, then the input leaning on the last turn's stored vector (nothing embedded)
+    assert float(np.dot(searched[1], turn_vector)) > float(np.dot(searched[0], turn_vector)) + 0.1
+    # A last turn the chat does not hold (edited since, never synced): no second search, and no error.
+    searched.clear()
+    edited = [*recent[:-1], dict(recent[-1], text="Corvin keeps the lighthouse.")]
+    await recall(sidecar, "c", {**ask, "recent": edited})
+    assert len(searched) == 1
+
+
 async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar, monkeypatch):
     monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange",))
     chat = [{"role": "user", "name": "Alex", "text": f"Small talk number {i} about nothing much."}

@@ -26,7 +26,7 @@ from ..graph.model import NODE_COLUMNS, node_from_row, node_text
 from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
 from ..store import Store
-from ..store.queries import latest_send_date, message_count, nodes_by_ids
+from ..store.queries import latest_send_date, memories_of_turn, message_count, nodes_by_ids
 from ..tokens import count_tokens, last_tokens
 from . import tuning
 from .candidates import Ranking, anchor_day, graph_members, graph_ranking, message_neighbours, time_ranking
@@ -239,12 +239,13 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         rankings.append(Ranking("lexref", w_lex * tuning.REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
         recent = _recent_texts(q, settings)
         if tuning.VECTOR_REFERENCE and vectors and hnsw is not None and recent:
-            # The input leans on the last turn: that turn and the input, embedded together, as one more list.
-            try:
-                ref_vec = (await _embed_parts(embeddings, [f"{recent[0]} {plan.text}"], max_tokens))[0]
+            # The input leans on the last turn: the input's vector and that turn's (its memories' stored
+            # vectors: nothing more to embed), summed, as one more list.
+            turn = store.read_inline(lambda conn: memories_of_turn(conn, chat_id, recent[0], length))
+            turn_vectors = list(_vectors(hnsw, turn).values())
+            if turn_vectors:
+                ref_vec = _unit(_unit(np.sum(vectors, axis=0)) + _unit(np.mean(turn_vectors, axis=0)))
                 rankings.append(Ranking("vecref", w_vec * tuning.REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
-            except EmbedError:
-                pass
     topic_vec = vectors[0] if len(vectors) == 1 else (
         _unit(np.sum(vectors, axis=0)) if vectors else None)
     extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)

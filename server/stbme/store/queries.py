@@ -33,6 +33,17 @@ def nodes_by_ids(conn: sqlite3.Connection, chat_id: str, ids: Iterable[str], *, 
     return rows
 
 
+def memories_of_turn(conn: sqlite3.Connection, chat_id: str, text: str, length: int, lookback: int = 8) -> list[str]:
+    """The memories of the chat's newest message with this text among its last `lookback` (a turn the
+    extension sends as recent), made of that message alone."""
+    row = conn.execute("SELECT idx FROM messages WHERE chat_id = ? AND idx >= ? AND text = ? ORDER BY idx DESC"
+                       " LIMIT 1", (chat_id, length - lookback, text)).fetchone()
+    if row is None:
+        return []
+    return [r[0] for r in conn.execute("SELECT id FROM nodes WHERE chat_id = ? AND seq_to = ? AND seq_from = ?"
+                                       " AND archived = 0", (chat_id, row[0], row[0]))]
+
+
 def message_count(conn: sqlite3.Connection, chat_id: str) -> int:
     """How many messages of the chat are stored (they are always numbered 0..n-1)."""
     return conn.execute("SELECT coalesce(max(idx) + 1, 0) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
