@@ -203,12 +203,16 @@ def wait_for_sync(predicate, what: str = "the condition", timeout: float = DEADL
 
 
 async def settle(sc: Services, chat_id: str, timeout: float = DEADLINE_S) -> dict:
-    """Wait until the worker has no pending work for the chat and every memory is embedded."""
+    """Wait until the worker has no pending work for the chat, every memory is embedded and the chat's vector
+    index is loaded: a recall waits only 0.25 s for a loading index, and on a busy machine would answer from
+    keywords alone."""
     async def settled():
         status = await sc.chats.status(chat_id)
         return status if status["jobs"]["pending"] == 0 and status["unembedded"] == 0 else None
 
-    return await wait_for(settled, f"chat {chat_id!r} to settle", timeout)
+    status = await wait_for(settled, f"chat {chat_id!r} to settle", timeout)
+    await asyncio.wait_for(sc.indexes.vectors.get(chat_id), timeout)
+    return status
 
 
 def st_message(user: bool, text: str, **extra) -> dict:
