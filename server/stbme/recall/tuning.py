@@ -33,8 +33,9 @@ NEIGHBOUR_KINDS = ("prev_reply", "next_reply", "next_same")
 BORROW_RARE_TERMS = True     # an input that names nothing rare is also searched with the recent turns' rarest terms
 REFERENCE_SHARE = 0.5        # ... as a keyword list of its own, at this share of the keyword weight
 # ... and as one more vector list: the input's vector summed with the last turn's (its memories' stored vectors,
-# so nothing more is embedded). Public sets, both halves: Chinese +0.6 / +2.0 R@10, English +0.2 / -0.3.
-VECTOR_REFERENCE = True
+# so nothing more is embedded). Public sets, both halves: Chinese +0.6 / +2.0 R@10, English +0.2 / -0.3; but
+# one more HNSW query on every input that borrows: read path p50 1.15x at 10k (bench_read_path_ab.py). Off.
+VECTOR_REFERENCE = False
 IMPORTANCE_WEIGHT = 0.15     # importance (0-10) in the final score
 RECENCY_WEIGHT = 0.1         # recency (message position) in the final score
 MIN_SIMILARITY = 0.78        # a memory found by vector alone is shown only at this cosine or above ...
