@@ -229,6 +229,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     if tuning.LEXICAL_WEIGHT_CJK is not None and detect_language([plan.text]) == "zh":
         w_lex = tuning.LEXICAL_WEIGHT_CJK
     w_vec = tuning.VECTOR_WEIGHT
+    topic_vec = vectors[0] if len(vectors) == 1 else (
+        _unit(np.sum(vectors, axis=0)) if vectors else None)
     rankings: list[Ranking] = []
     for i, part in enumerate(plan.parts):
         if part.strip():
@@ -244,10 +246,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
             turn = store.read_inline(lambda conn: memories_of_turn(conn, chat_id, recent[0], length))
             turn_vectors = list(_vectors(hnsw, turn).values())
             if turn_vectors:
-                ref_vec = _unit(_unit(np.sum(vectors, axis=0)) + _unit(np.mean(turn_vectors, axis=0)))
+                ref_vec = _unit(_unit(topic_vec) + _unit(np.mean(turn_vectors, axis=0)))
                 rankings.append(Ranking("vecref", w_vec * tuning.REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
-    topic_vec = vectors[0] if len(vectors) == 1 else (
-        _unit(np.sum(vectors, axis=0)) if vectors else None)
     extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)
     timed = await time_ranking(plan, weight=tuning.TIME_WEIGHT, **extra)
     rankings += [timed] if timed else []
