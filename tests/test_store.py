@@ -200,3 +200,46 @@ def test_the_memories_to_embed_come_newest_first_from_their_indexes(tmp_path):
     steps = [r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {_CHATS_WITH_UNEMBEDDED}", ("now",))]
     scans = [step for step in steps if step.startswith("SCAN nodes")]
     assert sorted(scans) == ["SCAN nodes USING INDEX nodes_by_embedder", "SCAN nodes USING INDEX nodes_unembedded"], steps
+
+
+def test_recall_ranks_its_candidates_from_the_ranking_index(tmp_path):
+    """What recall ranks ~200 candidates by is read from an index of its own (m017), not from each memory's
+    row (its text and vector); a name anchor's fields, which the index lacks, still come from its row."""
+    import orjson
+
+    from stbme.graph.model import Node, node_to_row
+    from stbme.recall.read_path import _RANKING_COLUMNS
+    from stbme.store.queries import RANKING_INDEX, nodes_by_ids
+
+    conn = sqlite3.connect(tmp_path / "db.sqlite3", isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    migrate(conn)
+
+    def add(node_id, type_="event", chat="c", archived=False, fields=None, **kw):
+        node = Node(id=node_id, chat_id=chat, type=type_, fields=fields or {"summary": f"text of {node_id}"},
+                    archived=archived, **kw)
+        row = node_to_row(node)
+        conn.execute(f"INSERT INTO nodes ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+
+    add("e1", importance=7, weight=0.5, seq_from=3, seq_to=4, source="llm")
+    add("e2", pinned=True, seq_from=5, seq_to=5)
+    add("mara", type_="character", fields={"name": "Mara", "traits": "stubborn"})
+    add("gone", archived=True)
+    add("theirs", chat="other")
+    ids = ["e1", "e2", "mara", "gone", "theirs", "missing"]
+    rows = {r["id"]: dict(r) for r in nodes_by_ids(conn, "c", ids, columns=_RANKING_COLUMNS,
+                                                    where="AND archived = 0", index=RANKING_INDEX)}
+    assert sorted(rows) == ["e1", "e2", "mara"]
+    assert {k: rows["e1"][k] for k in ("type", "importance", "weight", "seq_from", "seq_to", "pinned", "source")} == {
+        "type": "event", "importance": 7, "weight": 0.5, "seq_from": 3, "seq_to": 4, "pinned": 0, "source": "llm"}
+    assert rows["e2"]["pinned"] == 1 and rows["e1"]["fields"] is None
+    assert orjson.loads(rows["mara"]["fields"])["traits"] == "stubborn"
+    plan = " ".join(r[-1] for r in conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT {_RANKING_COLUMNS} FROM nodes INDEXED BY {RANKING_INDEX}"
+        " WHERE id IN (?, ?) AND +chat_id = ? AND archived = 0", ("e1", "e2", "c")))
+    assert f"USING INDEX {RANKING_INDEX}" in plan, plan
+    # Without the event's text: the columns recall ranks by alone are answered from the index only.
+    plan = " ".join(r[-1] for r in conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT id, type, importance, weight, seq_from, seq_to, pinned, source FROM nodes"
+        f" INDEXED BY {RANKING_INDEX} WHERE id IN (?, ?) AND +chat_id = ? AND archived = 0", ("e1", "e2", "c")))
+    assert f"COVERING INDEX {RANKING_INDEX}" in plan, plan

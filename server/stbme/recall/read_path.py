@@ -26,7 +26,7 @@ from ..graph.model import NODE_COLUMNS, node_from_row, node_text
 from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
 from ..store import Store
-from ..store.queries import latest_send_date, memories_of_turn, message_count, nodes_by_ids
+from ..store.queries import RANKING_INDEX, latest_send_date, memories_of_turn, message_count, nodes_by_ids
 from ..tokens import count_tokens, last_tokens
 from . import tuning
 from .candidates import Ranking, anchor_day, graph_members, graph_ranking, message_neighbours, time_ranking
@@ -46,8 +46,9 @@ DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == 
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
-# Of the ~80 candidates, only what ranks them (score_rows, order); a name anchor's fields too, to know
-# whether it says anything at all. The texts are read for the ~10 shown (_SHOWN_COLUMNS).
+# Of the ~200 candidates, only what ranks them (score_rows, order), read from RANKING_INDEX; a name anchor's
+# fields too, to know whether it says anything at all (only those rows are read, for that column). The texts
+# are read for the ~10 shown (_SHOWN_COLUMNS).
 _RANKING_COLUMNS = ("id, type, importance, weight, seq_from, seq_to, pinned, source,"
                     " CASE WHEN type IN ('character', 'entity', 'location') THEN fields END AS fields")
 # Of a memory shown, only what its line in the block, the answer and the rerank prompt use. Its Node's other
@@ -269,7 +270,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
         return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_RANKING_COLUMNS,
-                                                   where="AND archived = 0")
+                                                   where="AND archived = 0", index=RANKING_INDEX)
 
     members, neighbour_of, row_list = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,

@@ -432,6 +432,16 @@ def m016_name_pairs_are_not_addressed(conn: sqlite3.Connection) -> None:
                      [(node_id,) for node_id, text in rows if isinstance(text, str) and _NAME_PAIR.search(text)])
 
 
+@migration
+def m017_ranking_index(conn: sqlite3.Connection) -> None:
+    """What recall ranks its ~200 candidates by, in an index of its own (store/queries.RANKING_INDEX). Read
+    from the rows, each candidate costs a page of its own (a row holds the memory's text and vector) and most
+    of them miss SQLite's cache; the index's entries fill a few pages (read 2.2x faster at 10k memories). A
+    name anchor's text, the one column it lacks, is still read from its row, for those rows only."""
+    conn.execute("CREATE INDEX nodes_ranking ON nodes"
+                 " (id, chat_id, archived, type, importance, weight, seq_from, seq_to, pinned, source)")
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(

@@ -14,6 +14,9 @@ from typing import Iterable
 from ..errors import NotFound
 
 CHUNK = 500
+# An index of what recall ranks its candidates by (migration m017): a read of only its columns (and the
+# nodes' id, chat_id, archived) is answered from it; a column it lacks reads only the rows that need it.
+RANKING_INDEX = "nodes_ranking"
 # Every table that holds a chat's data, with the column naming the chat (deleted with the chat).
 CHAT_TABLES = (("messages", "chat_id"), ("story_days", "chat_id"), ("nodes", "chat_id"), ("edges", "chat_id"),
                ("journal", "chat_id"), ("jobs", "chat_id"), ("mentions", "chat_id"), ("settings", "scope"),
@@ -21,14 +24,16 @@ CHAT_TABLES = (("messages", "chat_id"), ("story_days", "chat_id"), ("nodes", "ch
 
 
 def nodes_by_ids(conn: sqlite3.Connection, chat_id: str, ids: Iterable[str], *, columns: str = "*",
-                 where: str = "", params: tuple = ()) -> list[sqlite3.Row]:
-    """Rows of these nodes of the chat (`where` adds conditions, e.g. "AND archived = 0")."""
+                 where: str = "", params: tuple = (), index: str | None = None) -> list[sqlite3.Row]:
+    """Rows of these nodes of the chat (`where` adds conditions, e.g. "AND archived = 0"), read through
+    `index` when given (RANKING_INDEX: SQLite would take the primary key's and read every row)."""
     ids = list(ids)
     rows: list[sqlite3.Row] = []
+    source = f"nodes INDEXED BY {index}" if index else "nodes"
     for i in range(0, len(ids), CHUNK):
         part = ids[i:i + CHUNK]
         rows += conn.execute(
-            f"SELECT {columns} FROM nodes WHERE id IN ({','.join('?' * len(part))}) AND +chat_id = ? {where}",
+            f"SELECT {columns} FROM {source} WHERE id IN ({','.join('?' * len(part))}) AND +chat_id = ? {where}",
             (*part, chat_id, *params)).fetchall()
     return rows
 
