@@ -76,8 +76,11 @@ class ChatIndex:
         similarity = 1.0 - distances[0].astype(np.float64)
         # Equal similarity (to 6 places, rounded at once in numpy): by node id, not by label. tolist(): Python
         # ints and floats of the same values, without a numpy scalar per hit.
-        ranked = sorted(zip((-np.round(similarity, 6)).tolist(), (id_of[lab] for lab in labels[0].tolist()),
-                            similarity.tolist()))
+        rounded = -np.round(similarity, 6)
+        node_ids = [id_of[lab] for lab in labels[0].tolist()]
+        if np.all(rounded[1:] > rounded[:-1]):   # no ties, in order (hnswlib's usual answer): nothing to sort
+            return list(zip(node_ids, similarity.tolist()))
+        ranked = sorted(zip(rounded.tolist(), node_ids, similarity.tolist()))
         return [(node_id, sim) for _, node_id, sim in ranked]
 
     def vectors(self, node_ids: list[str]) -> np.ndarray:
