@@ -142,7 +142,7 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
     budget."""
     h = HEADINGS[lang]
     line_cap = max(40, budget_tokens // 3)
-    chosen: list[tuple[Node, str]] = []
+    chosen: list[tuple[Node, str, str]] = []   # (memory, its line, its section)
     used = _fixed_tokens(h["title"])
     directive_room = int(budget_tokens * directive_share)
     directive_used = 0
@@ -166,23 +166,23 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
                 continue  # the same instruction twice, or directives would crowd out the evidence
             said.add(line)
             directive_used += cost
-        chosen.append((node, line))
+        chosen.append((node, line, section))
         sections_used.add(section)
         used += cost
     while chosen:
         lines = _assemble(chosen, h)
         tokens = count_joined(lines)   # the joined block's exact count
         if tokens <= budget_tokens:
-            return "\n".join(lines), [n for n, _ in chosen], tokens
+            return "\n".join(lines), [n for n, _, _ in chosen], tokens
         chosen.pop()  # token counts of joined text can differ by a few from the sum of parts
     return "", [], 0
 
 
-def _assemble(chosen: list[tuple[Node, str]], h: dict) -> list[str]:
+def _assemble(chosen: list[tuple[Node, str, str]], h: dict) -> list[str]:
     """The block's lines (joined by line breaks)."""
     parts = [h["title"]]
     for section in SECTION_ORDER:
-        lines = [(n, line) for n, line in chosen if section_of(n) == section]
+        lines = [(n, line) for n, line, in_section in chosen if in_section == section]
         if not lines:
             continue
         if section == "episodic":  # story order reads better than score order
