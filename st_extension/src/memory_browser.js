@@ -83,7 +83,17 @@ export function createMemoryBrowser({ connection }) {
         const nodes = res.nodes ?? [];
         drawTypeFilter(res.types);
         info.textContent = total ? `${offset + 1}–${offset + nodes.length} of ${total}` : 'No memories match.';
-        list.replaceChildren(...groupPieces(nodes).map(row => renderRow(chatId, row)));
+        // A refresh (a memory changed in the background, another row's action) keeps an open editor and what
+        // is typed in it: it moves to the memory's new row.
+        const editors = new Map([...list.querySelectorAll('.stbme_node')]
+            .filter(row => row.querySelector(':scope > .stbme_editor'))
+            .map(row => [row.dataset.id, row.querySelector(':scope > .stbme_editor')]));
+        const rows = groupPieces(nodes).map(row => renderRow(chatId, row));
+        for (const row of rows) {
+            const editor = editors.get(row.dataset.id);
+            if (editor) row.append(editor);
+        }
+        list.replaceChildren(...rows);
     }
 
     /** One row: a memory, or the pieces of one long message. */
@@ -153,6 +163,7 @@ export function createMemoryBrowser({ connection }) {
                     if (unlock) body.unlock = true;
                     await connection.client.patchNode(chatId, node.id, body);
                 }
+                editor.remove();   // saved: the refresh shows the memory as it is now
                 await refresh();
             } catch (e) {
                 if (e.status === 409 && !unlock && await confirmPopup('This memory is locked. Unlock it and save the edit?')) return save(true);

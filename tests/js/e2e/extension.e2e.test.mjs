@@ -222,7 +222,18 @@ test('the memory browser lists, searches, pins, edits and archives', async () =>
         const labels = await page.$$eval(`#stbme_browser_list .stbme_node[data-id="${id}"] .stbme_editor label`, els => els.map(e => e.textContent));
         assert.ok(labels.some(l => /^Summary\b/.test(l)), labels.join(', '));
         for (const label of labels) assert.match(label, /^[A-Z]/, 'words, not raw field names');
-        await page.fill(`#stbme_browser_list .stbme_node[data-id="${id}"] textarea[data-field="summary"]`, 'The lighthouse key is hidden under the blue stone by the well.');
+        const summary = `#stbme_browser_list .stbme_node[data-id="${id}"] textarea[data-field="summary"]`;
+        await page.fill(summary, 'The lighthouse key is hidden under the blue stone by the well.');
+        // The list drawn again while editing (a memory changed in the background, the pin's own refresh
+        // arriving late) keeps the editor and what is typed in it.
+        await page.evaluate(id => { document.querySelector(`#stbme_browser_list .stbme_node[data-id="${id}"]`).dataset.before = '1'; }, id);
+        await page.click('#stbme_browser_search');
+        await waitFor(() => page.evaluate(id => {
+            const row = document.querySelector(`#stbme_browser_list .stbme_node[data-id="${id}"]`);
+            return !!row && !row.dataset.before;
+        }, id), { timeoutMs: LOADED_MS, what: 'the list drawn again' });
+        assert.equal(await page.evaluate(sel => document.querySelector(sel)?.value ?? null, summary),
+            'The lighthouse key is hidden under the blue stone by the well.');
         await page.click(button('save'));
         await waitFor(async () => (await node(CHAT, id)).fields.summary.includes('by the well'), { timeoutMs: LOADED_MS, what: 'edited' });
 
