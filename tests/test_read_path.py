@@ -233,6 +233,22 @@ async def test_an_input_that_leans_on_the_last_turn_is_also_searched_by_that_tur
     assert len(searched) == 1
 
 
+async def test_recall_reads_its_candidates_ranking_columns_through_the_ranking_index(sidecar):
+    from stbme.store.queries import RANKING_INDEX
+
+    await full_sync(sidecar, "c", _quiet_chat(30))
+    await settle(sidecar, "c")
+    statements = []
+    conn = sidecar.store._reader()   # this thread's connection: the one the recall's inline reads use
+    conn.set_trace_callback(statements.append)
+    try:
+        result = await recall(sidecar, "c", {"query": "small talk number 7", "budget_tokens": 800})
+    finally:
+        conn.set_trace_callback(None)
+    assert result["memories"]
+    assert any(f"INDEXED BY {RANKING_INDEX}" in sql for sql in statements), statements
+
+
 async def test_the_other_half_of_an_exchange_comes_with_a_hit(sidecar, monkeypatch):
     monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("exchange",))
     chat = [{"role": "user", "name": "Alex", "text": f"Small talk number {i} about nothing much."}

@@ -85,9 +85,11 @@ export function createMemoryBrowser({ connection }) {
         info.textContent = total ? `${offset + 1}–${offset + nodes.length} of ${total}` : 'No memories match.';
         // A refresh (a memory changed in the background, another row's action) keeps an open editor and what
         // is typed in it: it moves to the memory's new row.
-        const editors = new Map([...list.querySelectorAll('.stbme_node')]
-            .filter(row => row.querySelector(':scope > .stbme_editor'))
-            .map(row => [row.dataset.id, row.querySelector(':scope > .stbme_editor')]));
+        const editors = new Map();
+        for (const row of list.querySelectorAll('.stbme_node')) {
+            const editor = row.querySelector(':scope > .stbme_editor');
+            if (editor) editors.set(row.dataset.id, editor);
+        }
         const rows = groupPieces(nodes).map(row => renderRow(chatId, row));
         for (const row of rows) {
             const editor = editors.get(row.dataset.id);
