@@ -305,6 +305,38 @@ def test_a_long_text_is_cut_to_the_sentences_that_share_the_rarer_words():
     assert sentences('*She nods.* "Yes. Go." 好的。走吧！') == ['*She nods.*', '"Yes.', 'Go."', '好的。', '走吧！']
 
 
+def test_the_block_tokenizes_each_new_line_about_once_and_never_a_whole_long_memory(monkeypatch):
+    # Most of a recall's memories are new to the token counts' cache, each with a snippet made for this
+    # question: rendering counts a line as the block holds it (with its line break), so the block's exact
+    # count finds it counted, and whether a long text needs a snippet is estimated, not tokenized (these
+    # have fewer words than the limit, 85, and more tokens, 125: no word count can tell).
+    from stbme import tokens
+    from stbme.recall.render import render_block
+
+    def long_memories(tag):
+        return [Node(id=f"{tag}{i}", chat_id="c", type="event", seq_from=i,
+                     fields={"speaker": "Elena", "summary": LONG_REPLY.replace("Mara", f"Mara{tag}{i}")})
+                for i in range(6)]
+
+    weights = {"mara": 2.0, "living": 3.0, "quay": 2.5}
+    render_block([], 800, "en", evidence=long_memories("warm"), query_weights=weights, line_tokens=100)
+    encoded: list[str] = []
+    real = tokens._encoding()
+
+    class Counting:
+        def encode(self, text, **kwargs):
+            encoded.append(text)
+            return real.encode(text, **kwargs)
+    monkeypatch.setattr(tokens, "_encoding", lambda: Counting())
+    memories = long_memories("new")
+    text, shown, used = render_block([], 800, "en", evidence=memories, query_weights=weights, line_tokens=100)
+    assert len(shown) == 6 and used == len(real.encode(text)) and "north quay" in text
+    assert not any(m.fields["summary"] in t for m in memories for t in encoded)
+    longest = max(len(line) for line in text.splitlines())
+    # Each of the six lines once, the block's last line again (it has no line break after it), the title.
+    assert sum(map(len, encoded)) <= len(text) + 2 * longest, encoded
+
+
 async def test_the_block_shows_a_long_memory_by_its_answer_and_fits_more(sidecar):
     chat = [{"role": "user", "name": "Alex", "text": f"Turn {i}, tell me about the harbour."} if i % 2 == 0
             else {"role": "assistant", "name": "Elena", "text": LONG_REPLY.replace("Mara", f"Mara{i}")}
@@ -435,16 +467,6 @@ def test_an_input_that_names_nothing_rare_borrows_the_rarest_terms_of_the_turns_
 
 
 # -- the read path's shortcuts give what the long way gives -------------------------------------------
-def test_more_tokens_than_agrees_with_counting_the_tokens():
-    from stbme.tokens import more_tokens_than
-    texts = ["", "short", "word " * 30, "word " * 90, "a b c d e f g h i j k", "钥匙藏在哪儿了？" * 20,
-             "..\x1c.." * 40, "x\x1cy " * 40, "\u3000".join(["词"] * 60), "   \n\n  " * 30, "Mara: " + "lantern " * 79,
-             "<|endoftext|> " * 50, "café naïve " * 45, "1234567890" * 30]
-    for text in texts:
-        for limit in (0, 1, 5, 10, 40, 79, 80, 81, 200):
-            assert more_tokens_than(text, limit) == (count_tokens(text) > limit), (text[:20], limit)
-
-
 def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
     # Document counts, length norms and the weights of texts weighed before are kept between searches:
     # every edit must drop them.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 
 import tiktoken
 
@@ -47,28 +46,6 @@ def count_joined(lines: list[str]) -> int:
             group = []
         group.append(line)
     return total + count_tokens("\n".join(group))
-
-
-# cl100k_base splits text into pieces before it merges bytes, and no piece holds two runs of non-space
-# characters (its whitespace is only a leading character, a trailing line break, or a piece of its own):
-# a text has at least as many tokens as such runs. The spaces are Unicode's White_Space, as its \s is
-# (Python's str.split also splits at \x1c-\x1f, which the tokenizer does not).
-_RUNS = re.compile("[^\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
-
-
-def more_tokens_than(text: str, limit: int) -> bool:
-    """Whether `text` has more than `limit` cl100k_base tokens: without tokenizing when it has more runs of
-    non-space characters than that (each is one token at least) or fewer bytes (each token is one at least)."""
-    if len(text.encode()) <= limit:
-        return False
-    if len(text) <= _CACHED_CHARS:
-        return _more_tokens_cached(text, limit)
-    return len(_RUNS.findall(text)) > limit or count_tokens(text) > limit
-
-
-@functools.lru_cache(maxsize=8192)   # recall asks it of the same memory texts again and again
-def _more_tokens_cached(text: str, limit: int) -> bool:
-    return len(_RUNS.findall(text)) > limit or count_tokens(text) > limit
 
 
 def estimate_tokens(text: str) -> int:

@@ -68,17 +68,10 @@ def render_line(node: Node, lang: str, today: dt.date | None = None,
                 shorten: Callable[[str], str] | None = None) -> str:
     """One memory as a bullet line; an event says when it happened (its story date, else its message).
     `shorten` gives the part of a long event text to show (snippet.focus)."""
-    return "".join(line_pieces(node, lang, today, shorten))
-
-
-def line_pieces(node: Node, lang: str, today: dt.date | None = None,
-                shorten: Callable[[str], str] | None = None) -> list[str]:
-    """A memory's line in pieces that recur across recalls (the date and speaker prefix, the text), so its
-    token count is the sum of counts remembered from before (tokens.count_tokens)."""
     if node.type == "event":
         head, body = _event_line(node, lang, today, shorten)
-        return [head, body] if body else [head.rstrip()]
-    return [_other_line(node, lang)]
+        return head + body if body else head.rstrip()
+    return _other_line(node, lang)
 
 
 def _event_line(node: Node, lang: str, today: dt.date | None, shorten) -> tuple[str, str]:
@@ -137,9 +130,9 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
     text over `line_tokens` shown by its sentences that share the query's words (`query_weights`, term ->
     weight). Returns the text, the memories it holds and its token count.
 
-    A line's cost is the sum of its pieces' counts (the same prefixes and texts come back in every recall,
-    and their counts are remembered); the joined block is counted once, exactly, and never exceeds the
-    budget."""
+    A line's cost is the count of the line with its line break: the text count_joined counts it as in the
+    block, so the block's exact count, taken once, finds most of its lines' counts remembered (a line shown
+    before, or a long memory's new snippet counted a moment ago). The block never exceeds the budget."""
     h = HEADINGS[lang]
     line_cap = max(40, budget_tokens // 3)
     chosen: list[tuple[Node, str, str]] = []   # (memory, its line, its section)
@@ -151,12 +144,12 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
     shorten = (lambda text: focus(text, query_weights, line_tokens)) if query_weights and line_tokens else None
     # Only evidence is shortened: the core (pinned, rules, directives) is always shown whole.
     for node, node_shorten in [*((n, None) for n in nodes), *((n, shorten) for n in evidence)]:
-        pieces = line_pieces(node, lang, today, node_shorten)
-        line, tokens = "".join(pieces), sum(count_tokens(p) for p in pieces)
-        if tokens > line_cap:
+        line = render_line(node, lang, today, node_shorten)
+        cost = count_tokens(line + "\n")
+        if cost > line_cap:
             line, tokens = fit_tokens(line, line_cap)
+            cost = tokens + 1
         section = section_of(node)
-        cost = tokens + 1
         if section not in sections_used:
             cost += _fixed_tokens(h[section]) + 2
         if used + cost > budget_tokens:

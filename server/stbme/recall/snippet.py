@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..tokens import estimate_tokens, more_tokens_than
+from ..tokens import estimate_tokens
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？…])[\"'”’」』)）*]*\s*|\n+")  # closing quotes and asterisks stay
 GAP = " … "
@@ -37,8 +37,10 @@ def _sentences(text: str) -> tuple[str, ...]:
 
 def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     """`text` when it fits `max_tokens` or shares no weighted word; else its best sentences (each with the
-    next one) in story order, gaps marked, within about `max_tokens` (the caller still caps the line)."""
-    if max_tokens <= 0 or not weights or not more_tokens_than(text, max_tokens):
+    next one) in story order, gaps marked, within about `max_tokens` (the caller still caps the line).
+    Whether it fits is estimated, not counted: a memory seen for the first time would otherwise be
+    tokenized whole only to decide that, and the limit is a soft one (the block counts its lines exactly)."""
+    if max_tokens <= 0 or not weights or estimate_tokens(text) <= max_tokens:
         return text
     parts = sentences(text)
     scored = []
