@@ -167,7 +167,9 @@ def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: 
         tokens = count_joined(lines)   # the joined block's exact count
         if tokens <= budget_tokens:
             return "\n".join(lines), [n for n, _, _ in chosen], tokens
-        chosen.pop()  # token counts of joined text can differ by a few from the sum of parts
+        # The costs above are per line; the joined text is what must fit (a section's last line goes with
+        # the blank line after it, the block's last has no break): while it is over, the last one chosen goes.
+        chosen.pop()
     return "", [], 0
 
 
