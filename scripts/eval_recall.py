@@ -41,7 +41,7 @@ import click
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evalkit import evalset, metrics, public_sets  # noqa: E402
 from evalkit.embedcache import DEFAULT_DIR, EmbeddingCache  # noqa: E402
-from evalkit.runs import baseline_outcomes, product_outcomes  # noqa: E402
+from evalkit.runs import as_long_inputs, baseline_outcomes, product_outcomes  # noqa: E402
 from evalkit.sidecar import Client, Server, parse_settings, processed_length  # noqa: E402
 
 PRODUCT = "product defaults"
@@ -355,6 +355,11 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, varia
     if cache is not None and data_dir is not None:
         log(f"baselines: {cache.seed_from_product(data_dir / 'stbme.sqlite3')} vectors the product stored can be reused")
     baselines = baseline_outcomes(chats, cache, vector_forms=("speaker",) if no_bare_vectors else ("bare", "speaker"))
+    long_baselines = {}   # the long-input passes against the baselines asked the same long inputs
+    if any(name.startswith("long input") for name in variants):
+        asked_long = baseline_outcomes(as_long_inputs(args["ablation_chats"]), cache, forms=("speaker",),
+                                       vector_forms=("speaker",))
+        long_baselines = {f"long input: {name}": outcomes for name, outcomes in asked_long.items()}
     timings["baselines"] = time.monotonic() - t
     systems = {PRODUCT: variants[PRODUCT], **({"prod. signals off": variants[NO_DIRECTIVES]}
                                               if NO_DIRECTIVES in variants else {}), **baselines}
@@ -362,13 +367,14 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, varia
                f" {args['settings'] or 'defaults'} (llm.mode none)\n")
     click.echo(metrics.main_table(systems, categories, PRODUCT))
     click.echo("\nR@10 by group (product variants and baselines):\n")
-    click.echo(metrics.r10_table({**systems, **{k: v for k, v in variants.items() if k != PRODUCT}}, categories))
+    click.echo(metrics.r10_table({**systems, **{k: v for k, v in variants.items() if k != PRODUCT}, **long_baselines},
+                                 categories))
     top40 = metrics.score(variants[PRODUCT]).recall
     in40 = sum(metrics.recall_at(o.evidence, o.ranked, 40) for o in variants[PRODUCT]) / len(variants[PRODUCT])
     click.echo(f"\nproduct: evidence in its first 40 memories (R@40) {in40:.3f}; R@20 {top40[20]:.3f}")
     if len(variants) > 1:
         click.echo("\nAblation (the product with one stage off; same questions):\n")
-        click.echo(metrics.ablation_table({**variants, **{k: v for k, v in baselines.items()}}))
+        click.echo(metrics.ablation_table({**variants, **baselines, **long_baselines}))
         click.echo("\nNo setting to ablate: " + "; ".join(NOT_ABLATABLE))
     if len(on_no_directives) > 1:
         click.echo("\nAblation on top of dna.signals false (the chats ingested without directives; each read"
@@ -380,7 +386,7 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, varia
                 click.echo(f"\nBM25 top 5 has the evidence, {name!r} top 10 does not (its first 5 memories shown):")
                 click.echo(examples(chats, variants[name], baselines["BM25 bare"], details[name], n_examples))
     if json_path:
-        out = {name: [vars(o) for o in outs] for name, outs in {**variants, **baselines}.items()}
+        out = {name: [vars(o) for o in outs] for name, outs in {**variants, **baselines, **long_baselines}.items()}
         out.update({f"{name} | on dna.signals false": [vars(o) for o in outs]
                     for name, outs in on_no_directives.items() if name != NO_DIRECTIVES})
         json_path.write_text(json.dumps({"results": out, "details": details}, ensure_ascii=False))

@@ -410,6 +410,36 @@ def test_a_long_input_is_searched_by_its_salient_windows_not_its_first_sentence(
     assert salient_windows("Short. Input.", None) == ["Short. Input."]
 
 
+def test_a_long_inputs_last_line_leads_and_the_rest_weighs_less():
+    from stbme.recall.query import LONG_WINDOWS, long_input_parts
+
+    history = "\n".join(f"Line {i}: the ferry to the resort island was late and the buffet cost a fortune again."
+                         for i in range(12))
+    pasted = history + "\n*I look up.* Where did Corvin bury the silver compass?"
+    plan = plan_query(pasted, [], now=WED, lang="en", long_rest_weight=0.25, weights=lambda text: {"ferry": 3.0})
+    assert plan.parts[-1] == "Where did Corvin bury the silver compass?"   # its own part, its action cut
+    assert len(plan.parts) == LONG_WINDOWS and plan.part_weights == [0.25] * (LONG_WINDOWS - 1) + [1.0]
+    assert plan_query(pasted, [], now=WED, lang="en").part_weights == [1.0] * LONG_WINDOWS   # no lead: alike
+    # A last line too short to be searched alone ("Well?") leads nothing: the windows stay alike.
+    parts, weights = long_input_parts(history + " Well?", "Well?", None, 0.25)
+    assert weights == [1.0] * len(parts)
+
+
+async def test_a_question_after_pasted_history_finds_its_answer_over_what_the_history_repeats(sidecar, monkeypatch):
+    chat = _quiet_chat(40)
+    chat[11] = {"role": "assistant", "name": "Elena", "text": "Corvin buried the silver compass under the old mill."}
+    chat[21] = {"role": "assistant", "name": "Elena",
+                "text": "The ferry to the resort island was late, the resort buffet was dear, and island hopping costs."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    history = "\n".join(f"Day {i}: the ferry to the resort island ran late, the buffet at the resort was dear, and "
+                         f"island hopping by ferry costs a fortune." for i in range(8))
+    query = {"query": history + "\nWhere did Corvin bury the compass?", "budget_tokens": 800}
+    assert (await recall(sidecar, "c", query))["memories"][0]["seq_range"][0] == 11
+    monkeypatch.setattr(tuning, "LONG_REST_WEIGHT", None)   # every window alike: the history's repeats win
+    assert (await recall(sidecar, "c", query))["memories"][0]["seq_range"][0] == 21
+
+
 # Stage: the messages next to a hit (recall/candidates.py, message_neighbours)
 async def test_the_same_speakers_next_message_comes_along_when_that_kind_is_on(sidecar, monkeypatch):
     chat = _quiet_chat(40)

@@ -29,6 +29,17 @@ def asked_after(chat: dict, q: dict) -> list[dict]:
     return chat["messages"] + q.get("context", [])
 
 
+def long_query(chat: dict, q: dict) -> str:
+    """The question sent after the RECENT_MESSAGES turns before it, as one long input (a pasted scene)."""
+    before = asked_after(chat, q)
+    return "\n".join([m["text"] for m in before[-RECENT_MESSAGES:]] + [q["query"]])
+
+
+def as_long_inputs(chats: list[dict]) -> list[dict]:
+    """The chats with every question asked as a long input (long_query), for the baselines of that ablation."""
+    return [dict(c, questions=[dict(q, query=long_query(c, q)) for q in c["questions"]]) for c in chats]
+
+
 def candidates_end(chat: dict, q: dict | None = None) -> int:
     """Messages [0, end) of the chat are searchable when a question is asked: the product skips memories of
     the last EXCLUDE_RECENT messages of the chat as it stands then (the question and its context included)."""
@@ -61,7 +72,7 @@ async def product_outcomes(client: Client, chats: list[dict], *, suffix: str, bu
         for q in chat["questions"]:
             before = asked_after(chat, q)
             recent = [{"role": m["role"], "name": m["name"], "text": m["text"]} for m in before[-RECENT_MESSAGES:]]
-            asked = dict(q, query="\n".join([m["text"] for m in recent] + [q["query"]])) if long_input else q
+            asked = dict(q, query=long_query(chat, q)) if long_input else q
             full = before + [question_message(chat, asked)]
             await client.sync(chat_id, full, start=n, chain=base_chain + chains(full[n:], base_chain[-1]))
             # The turns before the question were said a while ago: their memories are made (else whether

@@ -19,8 +19,9 @@ from ..tokens import count_tokens
 
 MAX_PARTS = 3
 # A long input (a long message, pasted history) is searched by its windows of sentences, not as one blob
-# whose vector says little and whose first part would crowd out the rest: the windows with the most of
-# the chat's rarer words, at most LONG_WINDOWS of about WINDOW_TOKENS each, in the input's order.
+# whose vector says little and whose first part would crowd out the rest: its last line leads (what it
+# ends by saying or asking: the newest lines of pasted history), then the windows of the rest with the most
+# of the chat's rarer words; at most LONG_WINDOWS of about WINDOW_TOKENS each, in the input's order.
 LONG_INPUT_TOKENS = 96
 WINDOW_TOKENS = 64
 LONG_WINDOWS = 4
@@ -45,6 +46,11 @@ class QueryPlan:
     # Names of the last turn, for an input that refers back to it: searched as a list of their own, at a
     # lower weight, so a wrong guess never replaces what the input itself finds.
     borrowed_names: list[str] = dataclasses.field(default_factory=list)
+    # Each part's share of the keyword and vector weights (a long input's lead 1, the rest less); none: all 1.
+    part_weights: list[float] = dataclasses.field(default_factory=list)
+
+    def part_weight(self, i: int) -> float:
+        return self.part_weights[i] if i < len(self.part_weights) else 1.0
 
     @property
     def reference(self) -> str | None:
@@ -65,18 +71,33 @@ def split_parts(text: str) -> list[str]:
     return parts[:MAX_PARTS] if len(parts) > 1 else [text]
 
 
-def salient_windows(text: str, weights: Callable[[str], dict[str, float]] | None) -> list[str]:
+def salient_windows(text: str, weights: Callable[[str], dict[str, float]] | None,
+                    most: int = LONG_WINDOWS) -> list[str]:
     """The windows of a long input that carry most of what it says: by the summed weight of their terms in
-    the chat (`weights(text)`: term -> idf), at most LONG_WINDOWS, in the input's order; without weights,
-    its last windows (the newest lines of pasted history)."""
+    the chat (`weights(text)`: term -> idf), at most `most`, in the input's order; without weights, its
+    last windows (the newest lines of pasted history)."""
     pieces = split_chunks(text, WINDOW_TOKENS)   # consecutive sentences, about WINDOW_TOKENS each
-    if len(pieces) <= LONG_WINDOWS:
+    if len(pieces) <= most:
         return pieces
     if weights is None:
-        return pieces[-LONG_WINDOWS:]
+        return pieces[-most:]
     mass = [sum(weights(piece).values()) for piece in pieces]
-    best = sorted(range(len(pieces)), key=lambda i: (-mass[i], -i))[:LONG_WINDOWS]
+    best = sorted(range(len(pieces)), key=lambda i: (-mass[i], -i))[:most]
     return [pieces[i] for i in sorted(best)]
+
+
+def long_input_parts(searched: str, last_line: str, weights: Callable[[str], dict[str, float]] | None,
+                     rest_weight: float | None) -> tuple[list[str], list[float]]:
+    """The parts of a long input and their weights: its last line (at most its last window) at full weight,
+    then the salient windows of the rest at `rest_weight`. Without a lead (`rest_weight` None, a last line
+    of under three words, or one the searched text does not end with), the salient windows, all at 1."""
+    lead = split_chunks(last_line, WINDOW_TOKENS)[-1] if last_line else ""
+    if rest_weight is None or len(_WORD.findall(lead)) < 3 or not searched.endswith(lead):
+        windows = salient_windows(searched, weights)
+        return windows, [1.0] * len(windows)
+    rest = searched[:-len(lead)].strip()
+    windows = salient_windows(rest, weights, LONG_WINDOWS - 1) if rest else []
+    return [*windows, lead], [rest_weight] * len(windows) + [1.0]
 
 
 def refers_back(text: str) -> bool:
@@ -107,12 +128,13 @@ def rare_terms_of_recent(cleaned: str, recent: list[str], weights: Callable[[str
 def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
                find_anchor: Callable[[str], dt.date | None] | None = None,
                weights: Callable[[str], dict[str, float]] | None = None, borrow_terms: bool = False,
-               search_time_words: bool = False) -> QueryPlan:
+               search_time_words: bool = False, long_rest_weight: float | None = None) -> QueryPlan:
     """What to search for `text` (the user's new input); `recent` are the last turns, newest first;
     `weights(text)` gives its terms' weight in the chat (for a long input's salient parts, and with
     `borrow_terms` for the rare terms of the recent turns an input leans on). `search_time_words`: the
     time expression stays in the parts searched by keywords and vectors ("on 31 Dec" is also New Year's
-    Eve); the days it names are searched apart all the same."""
+    Eve); the days it names are searched apart all the same. `long_rest_weight`: a long input's last line
+    leads and the rest's windows weigh this much (None: no lead)."""
     cleaned = clean_input(text)
     borrowed: list[str] = []
     leans_back = bool(cleaned and recent and refers_back(cleaned))
@@ -123,6 +145,10 @@ def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
     when = query_time(cleaned, now, lang, find_anchor) if now is not None and cleaned else None
     topic = when.topic if when is not None and when.topic.strip() else cleaned
     searched = cleaned if search_time_words else topic
-    parts = (salient_windows(searched, weights) if count_tokens(searched) > LONG_INPUT_TOKENS
-             else split_parts(searched))
-    return QueryPlan(cleaned, parts or [searched], topic, when, borrowed)
+    part_weights: list[float] = []
+    if count_tokens(searched) > LONG_INPUT_TOKENS:
+        last_line = clean_input(text.rstrip().rsplit("\n", 1)[-1])
+        parts, part_weights = long_input_parts(searched, last_line, weights, long_rest_weight)
+    else:
+        parts = split_parts(searched)
+    return QueryPlan(cleaned, parts or [searched], topic, when, borrowed, part_weights if parts else [])

@@ -143,7 +143,8 @@ def _input_text(q: RecallQuery, recent: list[str]) -> str:
 def _plan_tuning() -> dict:
     """The named numbers of recall/tuning.py that plan_query takes (read when asked: the evaluation
     overrides them)."""
-    return {"borrow_terms": tuning.BORROW_RARE_TERMS, "search_time_words": tuning.SEARCH_TIME_WORDS}
+    return {"borrow_terms": tuning.BORROW_RARE_TERMS, "search_time_words": tuning.SEARCH_TIME_WORDS,
+            "long_rest_weight": tuning.LONG_REST_WEIGHT}
 
 
 async def _plan(q: RecallQuery, settings, *, now, store: Store, chat_id: str, lexical) -> QueryPlan:
@@ -174,7 +175,8 @@ def plan_query_draft(q: RecallQuery, settings, lexical) -> list[str]:
         return [text]
     # Only the parts: the recent turns' rare terms (borrow_terms) are left to the real plan.
     return plan_query(text, recent, now=dt.date.today(), lang=detect_language([text]),
-                      weights=lexical.term_weights, search_time_words=tuning.SEARCH_TIME_WORDS).parts
+                      weights=lexical.term_weights, search_time_words=tuning.SEARCH_TIME_WORDS,
+                      long_rest_weight=tuning.LONG_REST_WEIGHT).parts
 
 
 async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatIndexes, chat_id: str, q: RecallQuery,
@@ -231,13 +233,14 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         w_lex = tuning.LEXICAL_WEIGHT_CJK
     w_vec = tuning.VECTOR_WEIGHT
     topic_vec = vectors[0] if len(vectors) == 1 else (
-        _unit(np.sum(vectors, axis=0)) if vectors else None)
+        _unit(np.sum([plan.part_weight(i) * v for i, v in enumerate(vectors)], axis=0)) if vectors else None)
     rankings: list[Ranking] = []
     for i, part in enumerate(plan.parts):
+        share = plan.part_weight(i)
         if part.strip():
-            rankings.append(Ranking(f"lex{i}", w_lex, *_split(lexical.search(part, k))))
+            rankings.append(Ranking(f"lex{i}", w_lex * share, *_split(lexical.search(part, k))))
         if vectors and hnsw is not None:
-            rankings.append(Ranking(f"vec{i}", w_vec, *_split(hnsw.query(vectors[i], k))))
+            rankings.append(Ranking(f"vec{i}", w_vec * share, *_split(hnsw.query(vectors[i], k))))
     if plan.reference:
         rankings.append(Ranking("lexref", w_lex * tuning.REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
         recent = _recent_texts(q, settings)

@@ -36,6 +36,9 @@ REFERENCE_SHARE = 0.5        # ... as a keyword list of its own, at this share o
 # so nothing more is embedded). Public sets, both halves: Chinese +0.6 / +2.0 R@10, English +0.2 / -0.3; but
 # one more HNSW query on every input that borrows: read path p50 1.15x at 10k (bench_read_path_ab.py). Off.
 VECTOR_REFERENCE = False
+# A long input (over 96 tokens: pasted history, a long message) is searched by windows; its last line (what it
+# ends by asking, the newest of a paste) leads at full weight, the rest's windows at this share (None: alike).
+LONG_REST_WEIGHT: float | None = 0.25
 IMPORTANCE_WEIGHT = 0.15     # importance (0-10) in the final score
 RECENCY_WEIGHT = 0.1         # recency (message position) in the final score
 MIN_SIMILARITY = 0.78        # a memory found by vector alone is shown only at this cosine or above ...
