@@ -559,6 +559,23 @@ def test_an_input_that_says_it_refers_back_borrows_even_with_a_rare_term_of_its_
     assert "香山" in plan.borrowed_names and plan.reference.startswith("那它收费吗")
 
 
+async def test_an_input_that_leans_on_the_last_turn_is_ranked_by_what_it_borrows_not_its_own_words(sidecar,
+                                                                                                     monkeypatch):
+    chat = _quiet_chat(40)
+    chat[11] = {"role": "assistant", "name": "Elena", "text": "Ilse forged the astrolabe for Tomas in Varno."}
+    for i in (15, 23):   # the input's own words, about something else
+        chat[i] = {"role": "assistant", "name": "Elena", "text": f"Who made the stew for him, and who baked the bread? ({i})"}
+    chat[39] = {"role": "assistant", "name": "Elena", "text": "Tomas showed off his brass astrolabe all evening."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    query = {"query": "Who made it for him?", "budget_tokens": 800,
+             "recent": [{"role": "assistant", "name": "Elena", "text": chat[39]["text"]}]}
+    first = [m["seq_range"][0] for m in (await recall(sidecar, "c", query))["memories"]][:3]
+    assert 11 in first   # "it" and "him" lean on the last turn: Tomas's astrolabe
+    monkeypatch.setattr(tuning, "LEANING_OWN_KEYWORDS", 1.0)   # its own words ranked as much as what it borrows
+    assert 11 not in [m["seq_range"][0] for m in (await recall(sidecar, "c", query))["memories"]][:6]
+
+
 def test_a_block_counted_by_its_lines_and_sentences_has_the_count_of_the_joined_text():
     # render_block counts its block from remembered line counts (tokens.count_joined), and a long text is
     # counted by its remembered sentences: the same number as tokenizing the whole text, whatever the lines

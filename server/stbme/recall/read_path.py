@@ -235,10 +235,13 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     topic_vec = vectors[0] if len(vectors) == 1 else (
         _unit(np.sum([plan.part_weight(i) * v for i, v in enumerate(vectors)], axis=0)) if vectors else None)
     rankings: list[Ranking] = []
+    # An input that leans on the last turn (it borrows that turn's names or rare terms) is ranked by keywords
+    # as itself with what it borrows (lexref, below); its own keyword lists only find candidates.
+    own_lex = w_lex * (tuning.LEANING_OWN_KEYWORDS if plan.reference else 1.0)
     for i, part in enumerate(plan.parts):
         share = plan.part_weight(i)
         if part.strip():
-            rankings.append(Ranking(f"lex{i}", w_lex * share, *_split(lexical.search(part, k))))
+            rankings.append(Ranking(f"lex{i}", own_lex * share, *_split(lexical.search(part, k))))
         if vectors and hnsw is not None:
             rankings.append(Ranking(f"vec{i}", w_vec * share, *_split(hnsw.query(vectors[i], k))))
     if plan.reference:

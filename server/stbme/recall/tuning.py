@@ -36,6 +36,9 @@ REFERENCE_SHARE = 0.5        # ... as a keyword list of its own, at this share o
 # so nothing more is embedded). Public sets, both halves: Chinese +0.6 / +2.0 R@10, English +0.2 / -0.3; but
 # one more HNSW query on every input that borrows: read path p50 1.15x at 10k (bench_read_path_ab.py). Off.
 VECTOR_REFERENCE = False
+# An input that borrows (above) says little by itself ("导演是谁呢？", "and what did he make?"): its own keyword lists
+# count at this share of the keyword weight, so the list of it with what it borrows ranks; they still find candidates.
+LEANING_OWN_KEYWORDS = 0.0
 # A long input (over 96 tokens: pasted history, a long message) is searched by windows; its last line (what it
 # ends by asking, the newest of a paste) leads at full weight, the rest's windows at this share (None: alike).
 LONG_REST_WEIGHT: float | None = 0.25
