@@ -420,6 +420,10 @@ def test_a_long_inputs_last_line_leads_and_the_rest_weighs_less():
     assert plan.parts[-1] == "Where did Corvin bury the silver compass?"   # its own part, its action cut
     assert len(plan.parts) == LONG_WINDOWS and plan.part_weights == [0.25] * (LONG_WINDOWS - 1) + [1.0]
     assert plan_query(pasted, [], now=WED, lang="en").part_weights == [1.0] * LONG_WINDOWS   # no lead: alike
+    # A roleplay message that ends with an action: the last line that says something leads.
+    acted = history + '\n"Where did Corvin bury the silver compass?"\n*I lean closer, waiting.*\n'
+    plan = plan_query(acted, [], now=WED, lang="en", long_rest_weight=0.25)
+    assert plan.parts[-1] == "Where did Corvin bury the silver compass?" and plan.part_weights[-2:] == [0.25, 1.0]
     # A last line too short to be searched alone ("Well?") leads nothing: the windows stay alike.
     parts, weights = long_input_parts(history + " Well?", "Well?", None, 0.25)
     assert weights == [1.0] * len(parts)

@@ -57,10 +57,14 @@ class QueryPlan:
         return f"{self.topic} {' '.join(self.borrowed_names)}" if self.borrowed_names else None
 
 
+def _said(text: str) -> str:
+    """The text without roleplay actions and quote marks, its whitespace made single spaces."""
+    return re.sub(r"\s+", " ", _QUOTES.sub(" ", _ACTION.sub(" ", text))).strip()
+
+
 def clean_input(text: str) -> str:
     """The input without roleplay actions and quote marks; the input itself when nothing else is left."""
-    cleaned = _QUOTES.sub(" ", _ACTION.sub(" ", text))
-    cleaned = re.sub(r"\s+", " ", cleaned).strip()
+    cleaned = _said(text)
     return cleaned if len(cleaned) >= MIN_CLEAN_CHARS else re.sub(r"\s+", " ", _QUOTES.sub(" ", text)).strip()
 
 
@@ -84,6 +88,16 @@ def salient_windows(text: str, weights: Callable[[str], dict[str, float]] | None
     mass = [sum(weights(piece).values()) for piece in pieces]
     best = sorted(range(len(pieces)), key=lambda i: (-mass[i], -i))[:most]
     return [pieces[i] for i in sorted(best)]
+
+
+def last_said_line(text: str) -> str:
+    """The input's last line that says something once its actions are cut: a roleplay message often ends
+    with one ("*I lean closer, waiting.*") after the question it asks."""
+    for line in reversed(text.splitlines()):
+        said = _said(line)
+        if said:
+            return said
+    return ""
 
 
 def long_input_parts(searched: str, last_line: str, weights: Callable[[str], dict[str, float]] | None,
@@ -147,8 +161,7 @@ def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,
     searched = cleaned if search_time_words else topic
     part_weights: list[float] = []
     if count_tokens(searched) > LONG_INPUT_TOKENS:
-        last_line = clean_input(text.rstrip().rsplit("\n", 1)[-1])
-        parts, part_weights = long_input_parts(searched, last_line, weights, long_rest_weight)
+        parts, part_weights = long_input_parts(searched, last_said_line(text), weights, long_rest_weight)
     else:
         parts = split_parts(searched)
     return QueryPlan(cleaned, parts or [searched], topic, when, borrowed, part_weights if parts else [])
