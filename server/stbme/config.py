@@ -93,7 +93,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("recall.max_query_tokens", 2048, "int",
       "Longest recall input (and recent turn) read, in tokens: only the end of a longer one is used. A long "
       "input is searched by its last line first, then by the parts of the rest with the chat's rarer words "
-      "(at most four of about 64 tokens in all), so a pasted scene keeps what it says and what it ends by "
+      "(at most four parts of about 64 tokens each), so a pasted scene keeps what it says and what it ends by "
       "asking leads.", min=16, max=100000),
     S("recall.exclude_recent_messages", 4, "int",
       "Skip memories of the last N messages: they are still in the prompt.", min=0, max=200, per_chat=True),
