@@ -160,8 +160,9 @@ async def test_hang_is_a_timeout_error(fake, make_embedder):
     fake.default = "hang"
     with pytest.raises(EmbedError) as info:
         await make_embedder(timeout_s=0.2, retries=1).embed_passages(TEXTS)
-    assert len(fake.calls) == 2
-    assert "2 attempts" in info.value.message and "embed.timeout_s" in info.value.message
+    # Both attempts timed out: the message counts them. (How many reached the fake within 0.2 s depends on
+    # the machine's load, so the fake's count is not asserted.)
+    assert "failed after 2 attempts: no answer within 0.2 s (embed.timeout_s)" in info.value.message
 
 
 async def test_unreachable_server(make_embedder, unused_tcp_port_factory):

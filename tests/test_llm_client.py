@@ -170,10 +170,11 @@ async def test_a_client_closed_while_it_answers_finishes_the_call_and_leaves_not
 async def test_hang_times_out(fake):
     fake.hang = True
     llm = client(fake, retries=1, timeout_s=0.3)
-    with pytest.raises(LLMError, match=r"no answer within 0.3 s \(llm.timeout_s\)"):
+    # Both attempts timed out: the message counts them. (How many reached the fake within 0.3 s depends on
+    # the machine's load, so the fake's count is not asserted.)
+    with pytest.raises(LLMError, match=r"failed after 2 attempts: no answer within 0.3 s \(llm.timeout_s\)"):
         await llm.complete(MESSAGES, task="summary")
     await llm.close()
-    assert len(fake.calls) == 2
 
 
 async def test_auth_error_is_not_retried_and_says_what_to_check(fake):
