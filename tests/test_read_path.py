@@ -461,6 +461,29 @@ async def test_the_same_speakers_next_message_comes_along_when_that_kind_is_on(s
     assert {20, 21} <= seqs   # the continuation comes along with its first half
 
 
+async def test_a_characters_reply_over_two_messages_found_by_its_second_brings_the_first(sidecar, monkeypatch):
+    chat = _quiet_chat(40)
+    chat[20] = {"role": "user", "name": "Alex", "text": "What happened at the harbour?"}
+    chat[21] = {"role": "assistant", "name": "Elena", "text": "Corvin dragged the old net out of the water at dawn."}
+    chat[22] = {"role": "assistant", "name": "Elena", "text": "Inside it was a brass compass, still ticking."}
+    chat[24] = {"role": "user", "name": "Alex", "text": "Tell me about the brass compass, please."}
+    chat[25] = {"role": "assistant", "name": "Elena", "text": "The brass compass? I keep it by the bed now."}
+    chat[30] = {"role": "user", "name": "Alex", "text": "I walked to the market in Velmora yesterday."}
+    chat[31] = {"role": "user", "name": "Alex", "text": "Got myself a telescope with a crimson lens."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+
+    async def recalled(question):
+        return {m["seq_range"][0] for m in (await recall(sidecar, "c", {"query": question, "budget_tokens": 800}))["memories"]}
+
+    assert {21, 22} <= await recalled("Where was the brass compass found?")   # the defaults: Elena's first half comes too
+    # A user's second message is a new exchange: it brings no earlier message of the user's.
+    seqs = await recalled("What colour is the lens of the telescope?")
+    assert 31 in seqs and 30 not in seqs
+    monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("prev_reply", "next_reply", "next_same"))
+    seqs = await recalled("Where was the brass compass found?")
+    assert 22 in seqs and 21 not in seqs
+
 async def test_a_write_between_recalls_is_seen_by_the_next_one(sidecar):
     from conftest import create_node
 

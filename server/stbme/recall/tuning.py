@@ -29,7 +29,9 @@ NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share o
 #   prev_reply  the message a hit answers (by the other speaker)
 #   next_reply  the reply after a hit (by the other speaker)
 #   next_same   the same speaker's next message (a thought written over two messages)
-NEIGHBOUR_KINDS = ("prev_reply", "next_reply", "next_same")
+# With the three others, "exchange" adds one thing: a character's message brings the character's message
+# before it (a reply written over two messages, found by its second).
+NEIGHBOUR_KINDS = ("prev_reply", "next_reply", "next_same", "exchange")
 BORROW_RARE_TERMS = True     # an input that names nothing rare is also searched with the recent turns' rarest terms
 REFERENCE_SHARE = 0.5        # ... as a keyword list of its own, at this share of the keyword weight
 # ... and as one more vector list: the input's vector summed with the last turn's (its memories' stored vectors,
