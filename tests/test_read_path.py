@@ -474,15 +474,18 @@ async def test_a_characters_reply_over_two_messages_found_by_its_second_brings_t
     await settle(sidecar, "c")
 
     async def recalled(question):
-        return {m["seq_range"][0] for m in (await recall(sidecar, "c", {"query": question, "budget_tokens": 800}))["memories"]}
+        result = await recall(sidecar, "c", {"query": question, "budget_tokens": 800})
+        return {m["seq_range"][0] for m in result["memories"]}
 
-    assert {21, 22} <= await recalled("Where was the brass compass found?")   # the defaults: Elena's first half comes too
+    # The defaults: the first half of Elena's reply comes with the second.
+    assert {21, 22} <= await recalled("Where was the brass compass found?")
     # A user's second message is a new exchange: it brings no earlier message of the user's.
     seqs = await recalled("What colour is the lens of the telescope?")
     assert 31 in seqs and 30 not in seqs
     monkeypatch.setattr(tuning, "NEIGHBOUR_KINDS", ("prev_reply", "next_reply", "next_same"))
     seqs = await recalled("Where was the brass compass found?")
     assert 22 in seqs and 21 not in seqs
+
 
 async def test_a_write_between_recalls_is_seen_by_the_next_one(sidecar):
     from conftest import create_node
