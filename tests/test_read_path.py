@@ -13,8 +13,8 @@ from stbme.graph.model import Node
 from stbme.recall import tuning
 from stbme.recall.candidates import Ranking
 from stbme.recall.query import clean_input, plan_query, refers_back, split_parts
-from stbme.recall.ranking import (found_by_search, fuse, lift_neighbours, may_show, order, relevant,
-                                   score_rows)
+from stbme.recall.ranking import (asks, found_by_search, fuse, lift_neighbours, lower_askers, may_show, only_asks,
+                                   order, relevant, score_rows)
 from stbme.recall.snippet import focus, sentences
 from stbme.tokens import count_tokens
 
@@ -107,6 +107,45 @@ def test_a_neighbour_rises_to_its_share_of_the_hit():
     lift_neighbours(scores, {"reply": "hit", "high": "hit"}, 0.8)
     assert scores["reply"][0] == 0.8 and scores["reply"][1]["neighbour"] == 0.7
     assert scores["high"] == (0.9, {})  # already above its share: unchanged
+
+
+def test_an_input_asks_when_its_last_sentence_is_a_question_and_a_message_only_asks_when_every_one_is():
+    assert asks("I saw it. Did you?") and not only_asks("I saw it. Did you?")
+    assert only_asks("What about you? Any plans for the holidays?") and only_asks('"Do you know?"')
+    assert only_asks("知道他有哪些作品吗？") and not only_asks("我看过。你呢？")
+    assert not only_asks('*She tilts her head.* "Do you know?"')   # the narration tells something
+    assert not asks("Tell me about the harbour.") and not only_asks("")
+
+
+def test_a_message_that_only_asks_keeps_its_share_before_its_reply_rises_from_it():
+    scores = {"question": (1.0, {}), "its reply": (0.1, {}), "answer": (0.7, {})}
+    lower_askers(scores, {"question"}, 0.5)
+    lift_neighbours(scores, {"its reply": "question"}, 0.8)
+    assert scores["question"] == (0.5, {"asking": 0.5}) and scores["its reply"][0] == pytest.approx(0.4)
+    assert max(scores, key=lambda n: scores[n][0]) == "answer"
+
+
+async def test_a_question_finds_the_statement_that_answers_it_over_a_message_that_only_asks_it(sidecar,
+                                                                                                monkeypatch):
+    chat = _quiet_chat(40)
+    chat[10] = {"role": "user", "name": "Alex", "text": "Who built the old lighthouse on the cliff?"}
+    chat[11] = {"role": "assistant", "name": "Elena", "text": "Nobody in the village remembers, I am afraid."}
+    chat[20] = {"role": "assistant", "name": "Elena", "text": "Corvin built that lighthouse on the cliff, stone by stone."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+
+    question = "Who built the old lighthouse on the cliff?"
+    assert (await _memories(sidecar, question))[0]["seq_range"][0] == 20
+    # Said, not asked: nothing is lowered, and the message said in the same words leads.
+    said = (await _memories(sidecar, "I keep thinking about who built the old lighthouse on the cliff."))[0]
+    assert said["seq_range"][0] == 10 and "asking" not in said["score_parts"]
+    monkeypatch.setattr(tuning, "ASKING_SHARE", 1.0)
+    assert (await _memories(sidecar, question))[0]["seq_range"][0] == 10
+
+
+async def _memories(sidecar, question: str) -> list[dict]:
+    """The memories recalled for this input, best first (chat "c", an 800-token budget)."""
+    return (await recall(sidecar, "c", {"query": question, "budget_tokens": 800}))["memories"]
 
 
 def _row(node_id, seq, *, source="heuristic"):
@@ -474,8 +513,7 @@ async def test_a_characters_reply_over_two_messages_found_by_its_second_brings_t
     await settle(sidecar, "c")
 
     async def recalled(question):
-        result = await recall(sidecar, "c", {"query": question, "budget_tokens": 800})
-        return {m["seq_range"][0] for m in result["memories"]}
+        return {m["seq_range"][0] for m in await _memories(sidecar, question)}
 
     # The defaults: the first half of Elena's reply comes with the second.
     assert {21, 22} <= await recalled("Where was the brass compass found?")

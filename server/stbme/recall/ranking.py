@@ -20,6 +20,7 @@ from ..graph.model import Node, node_from_row
 from . import tuning
 from .candidates import Ranking
 from .render import has_content
+from .snippet import sentences
 
 RRF_K = 60
 NEIGHBOUR_SEEDS = 10
@@ -158,6 +159,31 @@ def may_show(candidates, found: set[str], neighbour_of: dict[str, str], graph_me
 
     return [n for n in dict.fromkeys([*candidates, *members, *neighbour_of])
             if n in found or n in neighbour_of or (n in members and topical(n))]
+
+
+_CLOSERS = "\"'”’」』)）*"
+
+
+def asks(text: str) -> bool:
+    """The text ends by asking: its last sentence is a question (closing quotes aside)."""
+    said = sentences(text)
+    return bool(said) and said[-1].rstrip(_CLOSERS).endswith(("?", "？"))
+
+
+def only_asks(text: str) -> bool:
+    """Every sentence of the text is a question: it tells nothing."""
+    said = sentences(text)
+    return bool(said) and all(s.rstrip(_CLOSERS).endswith(("?", "？")) for s in said)
+
+
+def lower_askers(scores: dict[str, tuple[float, dict]], asking: set[str], share: float) -> None:
+    """The memories of messages that only ask keep `share` of their score."""
+    if share >= 1.0:
+        return
+    for node_id in asking:
+        if node_id in scores:
+            score, parts = scores[node_id]
+            scores[node_id] = (score * share, {**parts, "asking": share})
 
 
 def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[str, str], share: float) -> None:

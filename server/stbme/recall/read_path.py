@@ -26,14 +26,15 @@ from ..graph.model import NODE_COLUMNS, node_from_row, node_text
 from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
 from ..store import Store
-from ..store.queries import RANKING_INDEX, latest_send_date, memories_of_turn, message_count, nodes_by_ids
+from ..store.queries import (RANKING_INDEX, latest_send_date, memories_of_turn, message_count, nodes_by_ids,
+                             texts_with_question_mark)
 from ..tokens import count_tokens, last_tokens
 from . import tuning
 from .candidates import Ranking, anchor_day, graph_members, graph_ranking, message_neighbours, time_ranking
 from .current import asks_about_now, latest_ranking, names_any, subject_terms
 from .query import QueryPlan, clean_input, plan_query
-from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, found_by_search, fuse, lift_neighbours, may_show, order,
-                      relevant, score_rows)
+from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, asks, found_by_search, fuse, lift_neighbours, lower_askers,
+                      may_show, only_asks, order, relevant, score_rows)
 from ..language import detect_language
 from .reinforce import Reinforcement
 from .render import render_block
@@ -43,6 +44,7 @@ CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
 # The user's directives are in every block, whatever was asked: being shown is no use of them. They are used
 # when the user says them again (dna/stage.py), and the DNA strategies reinforce and decay them from that.
 DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == "directives")
+ASKING_CHECKED = 30   # how many of the first candidates are checked for a message that only asks (_only_asking)
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
@@ -268,17 +270,19 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     expand = seeds if graph_weight > 0 else []
     near = seeds[:NEIGHBOUR_SEEDS] if share > 0 else []
     min_similarity = tuning.MIN_SIMILARITY
+    lower_questions = tuning.ASKING_SHARE < 1.0 and asks(plan.text)
 
     def around_the_hits(conn):
         # One read: what grows from the first hits (the graph of their names, their exchanges), then the rows
-        # of every candidate that may be shown.
+        # of every candidate that may be shown, and for an input that asks, which of them only ask.
         members = graph_members(conn, chat_id, expand)
         neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
-        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_RANKING_COLUMNS,
-                                                   where="AND archived = 0", index=RANKING_INDEX)
+        rows = nodes_by_ids(conn, chat_id, wanted, columns=_RANKING_COLUMNS, where="AND archived = 0",
+                            index=RANKING_INDEX)
+        return members, neighbour_of, rows, _only_asking(conn, chat_id, rows, fused) if lower_questions else set()
 
-    members, neighbour_of, row_list = store.read_inline(around_the_hits)
+    members, neighbour_of, row_list, asking = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
                           rrf_k=RRF_K)
     if graph is not None:
@@ -292,6 +296,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
     skip_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
     scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting)
+    lower_askers(scores, asking, tuning.ASKING_SHARE)   # before the lift: its reply answers another question
     lift_neighbours(scores, neighbour_of, share)
     scores = relevant(scores, found, min_similarity, neighbour_of)
     limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
@@ -355,6 +360,19 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
         if r["seq_to"] is not None and names_any(fields, subject):
             texts[r["id"]] = (node_text(fields), r["seq_to"])
     return latest_ranking(texts, subject=subject, weight=weight)
+
+
+def _only_asking(conn, chat_id: str, rows, fused: dict[str, float]) -> set[str]:
+    """Of the ASKING_CHECKED candidates fusion ranks first, the memories of a message of their own (the
+    per-message memories, not an extraction) whose message only asks. Lower ones are not read: lowered or
+    not, they are not shown, and reading every candidate's message cost the read path a fifth of its time."""
+    own = {r["id"]: r["seq_from"] for r in rows if r["type"] == "event" and r["source"] == "heuristic"
+           and r["seq_from"] is not None and r["seq_from"] == r["seq_to"]}
+    own = {n: own[n] for n in sorted(own, key=lambda n: (-fused.get(n, 0.0), n))[:ASKING_CHECKED]}
+    if not own:
+        return set()
+    asking = {i for i, text in texts_with_question_mark(conn, chat_id, own.values()).items() if only_asks(text)}
+    return {node_id for node_id, i in own.items() if i in asking}
 
 
 def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:

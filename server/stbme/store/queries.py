@@ -38,6 +38,18 @@ def nodes_by_ids(conn: sqlite3.Connection, chat_id: str, ids: Iterable[str], *, 
     return rows
 
 
+def texts_with_question_mark(conn: sqlite3.Connection, chat_id: str, idxs: Iterable[int]) -> dict[int, str]:
+    """The texts of these messages that hold a question mark (only those can be a question)."""
+    idxs = sorted(set(idxs))
+    texts: dict[int, str] = {}
+    for i in range(0, len(idxs), CHUNK):
+        part = idxs[i:i + CHUNK]
+        texts.update(conn.execute(
+            f"SELECT idx, text FROM messages WHERE chat_id = ? AND idx IN ({','.join('?' * len(part))})"
+            " AND (instr(text, '?') > 0 OR instr(text, '？') > 0)", (chat_id, *part)).fetchall())
+    return texts
+
+
 def memories_of_turn(conn: sqlite3.Connection, chat_id: str, text: str, length: int, lookback: int = 8) -> list[str]:
     """The memories of the chat's newest message with this text among its last `lookback` (a turn the
     extension sends as recent), made of that message alone."""
