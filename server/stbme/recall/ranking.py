@@ -3,6 +3,8 @@
 Weighted reciprocal-rank fusion of the candidate lists (keywords, vectors, the days asked about, the graph),
 normalised so 1.0 is "first in every list"; a little importance and recency; the DNA weight (a memory left
 unused fades in rank before it is ever forgotten). Then:
+- for an input that asks, a message that only asks keeps a share of its score (tuning.ASKING_SHARE): its form
+  matches the question, and what answers a question is a statement;
 - the message before or after a strong hit rises to a share of its score (an answer follows its question);
 - one memory per message: the chunks of a long message are one piece of evidence, its best chunk speaks for it;
 - near-duplicates (cosine >= tuning.DUPLICATE_SIMILARITY) give way to the better one;
