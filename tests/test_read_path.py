@@ -117,12 +117,37 @@ def test_an_input_asks_when_its_last_sentence_is_a_question_and_a_message_only_a
     assert not asks("Tell me about the harbour.") and not only_asks("")
 
 
+def _message_rows(*ids: str, extracted: tuple[str, ...] = ()) -> dict:
+    """Ranking rows: a message's own memory for each id, an extraction for those in `extracted`."""
+    return {n: {"type": "fact" if n in extracted else "event", "source": "llm" if n in extracted else "heuristic",
+                "seq_from": i, "seq_to": i} for i, n in enumerate(ids)}
+
+
 def test_a_message_that_only_asks_keeps_its_share_before_its_reply_rises_from_it():
     scores = {"question": (1.0, {}), "its reply": (0.1, {}), "answer": (0.7, {})}
-    lower_askers(scores, {"question"}, 0.5)
+    rows = _message_rows(*scores)
+    lower_askers(scores, rows, lambda ids: {"question"} & set(ids), 0.5, window=3)
     lift_neighbours(scores, {"its reply": "question"}, 0.8)
     assert scores["question"] == (0.5, {"asking": 0.5}) and scores["its reply"][0] == pytest.approx(0.4)
     assert max(scores, key=lambda n: scores[n][0]) == "answer"
+
+
+def test_questions_below_the_window_are_checked_once_lowering_the_first_lets_them_rise():
+    # Six questions above the answer, a window of two: each round lowers two, the next two rise into the
+    # window and are checked in turn, until the window holds the answer and the extraction, both checked
+    # or not a message's own.
+    questions = [f"q{i}" for i in range(6)]
+    scores = {**{q: (1.0 - i / 100, {}) for i, q in enumerate(questions)}, "answer": (0.8, {}), "fact": (0.79, {})}
+    rows = _message_rows(*scores, extracted=("fact",))
+    asked: list[list[str]] = []
+
+    def only_asking(ids):
+        asked.append(list(ids))
+        return set(ids) & set(questions)
+    lower_askers(scores, rows, only_asking, 0.5, window=2)
+    assert sorted(scores, key=lambda n: -scores[n][0])[:2] == ["answer", "fact"]
+    assert all(scores[q][1] == {"asking": 0.5} for q in questions)
+    assert asked == [["q0", "q1"], ["q2", "q3"], ["q4", "q5"], ["answer"]]   # each read once, "fact" never
 
 
 async def test_a_question_finds_the_statement_that_answers_it_over_a_message_that_only_asks_it(sidecar,

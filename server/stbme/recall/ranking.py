@@ -14,6 +14,7 @@ unused fades in rank before it is ever forgotten). Then:
 from __future__ import annotations
 
 import dataclasses
+import heapq
 
 import numpy as np
 import orjson
@@ -178,12 +179,28 @@ def only_asks(text: str) -> bool:
     return bool(said) and all(s.rstrip(_CLOSERS).endswith(("?", "？")) for s in said)
 
 
-def lower_askers(scores: dict[str, tuple[float, dict]], asking: set[str], share: float) -> None:
-    """The memories of messages that only ask keep `share` of their score."""
+def of_one_message(row) -> bool:
+    """The memory is a message's own (the heuristic per-message event), not an extraction from several."""
+    return row["type"] == "event" and row["source"] == "heuristic" and row["seq_from"] is not None
+
+
+def lower_askers(scores: dict[str, tuple[float, dict]], rows: dict, only_asking, share: float, *,
+                 window: int) -> None:
+    """The memories of messages that only ask keep `share` of their score. Only the messages' own memories
+    that reach the first `window` are checked (`only_asking(ids)` -> those of them whose message only asks,
+    a read): lowering one lets a lower one rise into the window, and it is checked in turn, until the window
+    holds none unchecked. (In a Chinese chat with forty "知道他是哪年出生的吗？", a fixed first 30 let the next
+    ones take their place.)"""
     if share >= 1.0:
         return
-    for node_id in asking:
-        if node_id in scores:
+    checked: set[str] = set()
+    while True:
+        first = heapq.nsmallest(window, scores, key=lambda n: (-scores[n][0], n))
+        unchecked = [n for n in first if n not in checked and of_one_message(rows[n])]
+        if not unchecked:
+            return
+        checked.update(unchecked)
+        for node_id in only_asking(unchecked):
             score, parts = scores[node_id]
             scores[node_id] = (score * share, {**parts, "asking": share})
 
@@ -216,7 +233,7 @@ def order(scores: dict[str, tuple[float, dict]], rows: dict, *, limit: int, vect
     messages_taken: set[int] = set()
     for i, node_id in enumerate(ids):
         row = rows[node_id]
-        if row["type"] == "event" and row["source"] == "heuristic" and row["seq_from"] is not None:
+        if of_one_message(row):
             if row["seq_from"] in messages_taken:
                 continue
             messages_taken.add(row["seq_from"])

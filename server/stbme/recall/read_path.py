@@ -44,7 +44,9 @@ CORE_TYPES = tuple(t.name for t in NODE_TYPES.values() if t.always_inject)
 # The user's directives are in every block, whatever was asked: being shown is no use of them. They are used
 # when the user says them again (dna/stage.py), and the DNA strategies reinforce and decay them from that.
 DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == "directives")
-ASKING_CHECKED = 30   # how many of the first candidates are checked for a message that only asks (_only_asking)
+# A message that only asks is checked once it reaches the first 30 candidates, or the first max_memories if
+# more (ranking.lower_askers): 30 leave room for the memories order() drops (a message's other chunks).
+ASKING_WINDOW = 30
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
@@ -274,15 +276,15 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
 
     def around_the_hits(conn):
         # One read: what grows from the first hits (the graph of their names, their exchanges), then the rows
-        # of every candidate that may be shown, and for an input that asks, which of them only ask.
+        # of every candidate that may be shown.
         members = graph_members(conn, chat_id, expand)
         neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
         rows = nodes_by_ids(conn, chat_id, wanted, columns=_RANKING_COLUMNS, where="AND archived = 0",
                             index=RANKING_INDEX)
-        return members, neighbour_of, rows, _only_asking(conn, chat_id, rows, fused) if lower_questions else set()
+        return members, neighbour_of, rows
 
-    members, neighbour_of, row_list, asking = store.read_inline(around_the_hits)
+    members, neighbour_of, row_list = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
                           rrf_k=RRF_K)
     if graph is not None:
@@ -296,10 +298,12 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
     skip_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
     scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting)
-    lower_askers(scores, asking, tuning.ASKING_SHARE)   # before the lift: its reply answers another question
+    limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
+    if lower_questions:   # before the lift: the reply to a question that matched by its form answers another
+        lower_askers(scores, rows, lambda ids: _only_asking(store, chat_id, {n: rows[n]["seq_from"] for n in ids}),
+                     tuning.ASKING_SHARE, window=max(ASKING_WINDOW, limit))
     lift_neighbours(scores, neighbour_of, share)
     scores = relevant(scores, found, min_similarity, neighbour_of)
-    limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
     result = order(scores, rows, limit=limit, duplicate_similarity=tuning.DUPLICATE_SIMILARITY,
                    vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None,
                    node_rows=lambda ids: {r["id"]: r for r in store.read_inline(
@@ -362,19 +366,12 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
     return latest_ranking(texts, subject=subject, weight=weight)
 
 
-def _only_asking(conn, chat_id: str, rows, fused: dict[str, float]) -> set[str]:
-    """Of the ASKING_CHECKED candidates fusion ranks first, the memories of a message of their own (the
-    per-message memories, not an extraction) whose message only asks. Lower ones are not read: reading every
-    candidate's message cost the read path a fifth of its time (p50 1.196x at 10k). But the 30 are taken from
-    the fusion before the graph's list, and lower ones the graph lifts stay unlowered: in Chinese that cost
-    the rule most of its gain (docs/evaluation.md, "A message that only asks")."""
-    own = {r["id"]: r["seq_from"] for r in rows if r["type"] == "event" and r["source"] == "heuristic"
-           and r["seq_from"] is not None and r["seq_from"] == r["seq_to"]}
-    own = {n: own[n] for n in sorted(own, key=lambda n: (-fused.get(n, 0.0), n))[:ASKING_CHECKED]}
-    if not own:
-        return set()
-    asking = {i for i, text in texts_with_question_mark(conn, chat_id, own.values()).items() if only_asks(text)}
-    return {node_id for node_id, i in own.items() if i in asking}
+def _only_asking(store: Store, chat_id: str, messages: dict[str, int]) -> set[str]:
+    """Of these memories ({id: its message}), those whose message only asks: one read of the messages' texts
+    that hold a question mark."""
+    texts = store.read_inline(lambda conn: texts_with_question_mark(conn, chat_id, messages.values()))
+    asking = {i for i, text in texts.items() if only_asks(text)}
+    return {node_id for node_id, i in messages.items() if i in asking}
 
 
 def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:
