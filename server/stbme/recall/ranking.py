@@ -167,16 +167,20 @@ def may_show(candidates, found: set[str], neighbour_of: dict[str, str], graph_me
 _CLOSERS = "\"'”’」』)）*"
 
 
+def _is_question(sentence: str) -> bool:
+    return sentence.rstrip(_CLOSERS).endswith(("?", "？"))   # closing quotes aside
+
+
 def asks(text: str) -> bool:
-    """The text ends by asking: its last sentence is a question (closing quotes aside)."""
+    """The text ends by asking: its last sentence is a question."""
     said = sentences(text)
-    return bool(said) and said[-1].rstrip(_CLOSERS).endswith(("?", "？"))
+    return bool(said) and _is_question(said[-1])
 
 
 def only_asks(text: str) -> bool:
     """Every sentence of the text is a question: it tells nothing."""
     said = sentences(text)
-    return bool(said) and all(s.rstrip(_CLOSERS).endswith(("?", "？")) for s in said)
+    return bool(said) and all(map(_is_question, said))
 
 
 def of_one_message(row) -> bool:

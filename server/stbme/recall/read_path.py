@@ -280,9 +280,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         members = graph_members(conn, chat_id, expand)
         neighbour_of = message_neighbours(conn, chat_id, near, tuning.NEIGHBOUR_KINDS)
         wanted = may_show(fused, found, neighbour_of, members, rankings, min_similarity)
-        rows = nodes_by_ids(conn, chat_id, wanted, columns=_RANKING_COLUMNS, where="AND archived = 0",
-                            index=RANKING_INDEX)
-        return members, neighbour_of, rows
+        return members, neighbour_of, nodes_by_ids(conn, chat_id, wanted, columns=_RANKING_COLUMNS,
+                                                   where="AND archived = 0", index=RANKING_INDEX)
 
     members, neighbour_of, row_list = store.read_inline(around_the_hits)
     graph = graph_ranking(members, seeds, plan, weight=graph_weight, lexical=lexical, index=hnsw, qvec=topic_vec,
