@@ -126,10 +126,44 @@ def _message_rows(*ids: str, extracted: tuple[str, ...] = ()) -> dict:
 def test_a_message_that_only_asks_keeps_its_share_before_its_reply_rises_from_it():
     scores = {"question": (1.0, {}), "its reply": (0.1, {}), "answer": (0.7, {})}
     rows = _message_rows(*scores)
-    lower_askers(scores, rows, lambda ids: {"question"} & set(ids), 0.5, window=3)
-    lift_neighbours(scores, {"its reply": "question"}, 0.8)
+    lift_from = lower_askers(scores, rows, lambda ids: {n: "Where?" for n in ids if n == "question"}, 0.5, window=3)
+    lift_neighbours(scores, {"its reply": "question"}, 0.8, lift_from)
     assert scores["question"] == (0.5, {"asking": 0.5}) and scores["its reply"][0] == pytest.approx(0.4)
-    assert max(scores, key=lambda n: scores[n][0]) == "answer"
+    assert max(scores, key=lambda n: scores[n][0]) == "answer" and lift_from == {}
+
+
+def test_the_reply_to_a_question_on_the_inputs_topic_rises_from_its_unlowered_score():
+    # Two questions lowered alike; the one that names the topic gives its reply the share of its full score.
+    scores = {"on topic": (1.0, {}), "its reply": (0.1, {}), "off topic": (0.9, {}), "other reply": (0.1, {})}
+    rows = _message_rows(*scores)
+    texts = {"on topic": "Have you been to Aldershot?", "off topic": "Have you been to the market?"}
+    lift_from = lower_askers(scores, rows, lambda ids: {n: texts[n] for n in ids if n in texts}, 0.5, window=4,
+                             names_topic=lambda text: "Aldershot" in text)
+    lift_neighbours(scores, {"its reply": "on topic", "other reply": "off topic"}, 0.8, lift_from)
+    assert lift_from == {"on topic": 1.0} and scores["on topic"][0] == 0.5
+    assert scores["its reply"][0] == pytest.approx(0.8) and scores["other reply"][0] == pytest.approx(0.36)
+
+
+def test_a_question_names_the_topic_by_what_the_input_borrows_or_else_by_its_rarest_term():
+    from stbme.index.lexical import LexicalIndex
+    from stbme.recall.read_path import names_the_topic
+
+    lexical = LexicalIndex()
+    said = ["Have you been to Aldershot Cross?", "Have you been to the market?", "We went to the market.",
+            "《色戒》是李安导演的。", "知道《色戒》的主演是谁吗？", "知道他是哪年出生的吗？", "知道她是哪年出生的吗？"]
+    for i, text in enumerate(said):
+        lexical.upsert(f"m{i}", text)
+    own = plan_query("Have you been to Aldershot Cross?", [], now=WED, lang="en", weights=lexical.term_weights)
+    names = names_the_topic(own, lexical)
+    assert names("Have you been to Aldershot Cross?") and not names("Have you been to the market?")
+    # "他" leans on the last turn: the question is about the film it names, not about its own rarest words,
+    # which every "哪年出生" question shares.
+    leaning = plan_query("知道他是哪年出生的吗？", ["《色戒》是李安导演的。"], now=WED, lang="zh",
+                         weights=lexical.term_weights, borrow_terms=True)
+    names = names_the_topic(leaning, lexical)
+    assert leaning.borrowed_names and names("知道《色戒》的主演是谁吗？") and not names("知道她是哪年出生的吗？")
+    assert names_the_topic(plan_query("Is Sam asleep?", [], now=WED, lang="en",
+                                      weights=lexical.term_weights), lexical) is None   # no term in the chat
 
 
 def test_questions_below_the_window_are_checked_once_lowering_the_first_lets_them_rise():
@@ -143,7 +177,7 @@ def test_questions_below_the_window_are_checked_once_lowering_the_first_lets_the
 
     def only_asking(ids):
         asked.append(list(ids))
-        return set(ids) & set(questions)
+        return {n: "?" for n in ids if n in questions}
     lower_askers(scores, rows, only_asking, 0.5, window=2)
     assert sorted(scores, key=lambda n: -scores[n][0])[:2] == ["answer", "fact"]
     assert all(scores[q][1] == {"asking": 0.5} for q in questions)
@@ -166,6 +200,25 @@ async def test_a_question_finds_the_statement_that_answers_it_over_a_message_tha
     assert said["seq_range"][0] == 10 and "asking" not in said["score_parts"]
     monkeypatch.setattr(tuning, "ASKING_SHARE", 1.0)
     assert (await _memories(sidecar, question))[0]["seq_range"][0] == 10
+
+
+async def test_the_reply_to_a_question_on_the_inputs_topic_rises_from_what_the_question_scored(sidecar, monkeypatch):
+    chat = _quiet_chat(40)
+    chat[10] = {"role": "user", "name": "Alex", "text": "Have you ever been to Aldershot Cross?"}
+    chat[11] = {"role": "assistant", "name": "Elena", "text": "Only once, for my sister's wedding by the old mill."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+
+    async def asked_and_reply():
+        by_message = {m["seq_range"][0]: m for m in await _memories(sidecar, "What happened at Aldershot Cross?")}
+        return by_message[10], by_message[11]
+    asked, reply = await asked_and_reply()
+    assert asked["score_parts"]["asking"] == tuning.ASKING_SHARE   # the question itself is lowered ...
+    # ... but it names what the input asks about, so its reply rises from its full score
+    assert reply["score"] == pytest.approx(tuning.NEIGHBOUR_SHARE * asked["score"] / tuning.ASKING_SHARE, abs=2e-3)
+    monkeypatch.setattr(tuning, "ASKING_TOPIC_LIFT", False)
+    asked, reply = await asked_and_reply()
+    assert reply["score"] == pytest.approx(tuning.NEIGHBOUR_SHARE * asked["score"], abs=2e-3)
 
 
 async def _memories(sidecar, question: str) -> list[dict]:

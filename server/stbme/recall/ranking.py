@@ -189,33 +189,41 @@ def of_one_message(row) -> bool:
 
 
 def lower_askers(scores: dict[str, tuple[float, dict]], rows: dict, only_asking, share: float, *,
-                 window: int) -> None:
+                 window: int, names_topic=None) -> dict[str, float]:
     """The memories of messages that only ask keep `share` of their score. Only the messages' own memories
-    that reach the first `window` are checked (`only_asking(ids)` -> those of them whose message only asks,
-    a read): lowering one lets a lower one rise into the window, and it is checked in turn, until the window
-    holds none unchecked. (In a Chinese chat with forty "知道他是哪年出生的吗？", a fixed first 30 let the next
-    ones take their place.)"""
+    that reach the first `window` are checked (`only_asking(ids)` -> {id: message text} of those of them whose
+    message only asks, a read): lowering one lets a lower one rise into the window, and it is checked in turn,
+    until the window holds none unchecked. (In a Chinese chat with forty "知道他是哪年出生的吗？", a fixed first
+    30 let the next ones take their place.) Returns the unlowered scores of the lowered questions that
+    `names_topic(text)`: the reply to a question about what the input asks about answers this one too, so its
+    neighbours rise from that score (lift_neighbours' `lift_from`)."""
     if share >= 1.0:
-        return
+        return {}
     checked: set[str] = set()
+    unlowered: dict[str, float] = {}
     while True:
         first = heapq.nsmallest(window, scores, key=lambda n: (-scores[n][0], n))
         unchecked = [n for n in first if n not in checked and of_one_message(rows[n])]
         if not unchecked:
-            return
+            return unlowered
         checked.update(unchecked)
-        for node_id in only_asking(unchecked):
+        for node_id, text in only_asking(unchecked).items():
             score, parts = scores[node_id]
             scores[node_id] = (score * share, {**parts, "asking": share})
+            if names_topic is not None and names_topic(text):
+                unlowered[node_id] = score
 
 
-def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[str, str], share: float) -> None:
-    """A neighbour of a strong hit rises to `share` of that hit's score (if it is not higher already)."""
+def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[str, str], share: float,
+                    lift_from: dict[str, float] | None = None) -> None:
+    """A neighbour of a strong hit rises to `share` of that hit's score (if it is not higher already);
+    `lift_from` gives some hits another score to lift from (lower_askers)."""
     if share <= 0:
         return
+    lift_from = lift_from or {}
     for neighbour, seed in neighbour_of.items():
         if neighbour in scores and seed in scores:
-            lifted = share * scores[seed][0]
+            lifted = share * lift_from.get(seed, scores[seed][0])
             score, parts = scores[neighbour]
             if lifted > score:
                 scores[neighbour] = (lifted, {**parts, "neighbour": round(lifted - score, 4)})

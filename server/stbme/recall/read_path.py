@@ -25,6 +25,7 @@ from ..embed import EmbedError, EmbeddingService
 from ..graph.model import NODE_COLUMNS, node_from_row, node_text
 from ..graph.schema import NODE_TYPES
 from ..index import ChatIndexes
+from ..index.lexical import tokenize
 from ..store import Store
 from ..store.queries import (RANKING_INDEX, latest_send_date, memories_of_turn, message_count, nodes_by_ids,
                              texts_with_question_mark)
@@ -298,10 +299,14 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
     skip_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
     scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting)
     limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
-    if lower_questions:   # before the lift: the reply to a question that matched by its form answers another
-        lower_askers(scores, rows, lambda ids: _only_asking(store, chat_id, {n: rows[n]["seq_from"] for n in ids}),
-                     tuning.ASKING_SHARE, window=max(ASKING_WINDOW, limit))
-    lift_neighbours(scores, neighbour_of, share)
+    lift_from: dict[str, float] = {}
+    # Lowered before the lift: the reply to a question that matched by its form answers another, but the
+    # reply to one that names the input's topic rises from the question's unlowered score (lift_from).
+    if lower_questions:
+        lift_from = lower_askers(
+            scores, rows, lambda ids: _only_asking(store, chat_id, {n: rows[n]["seq_from"] for n in ids}),
+            tuning.ASKING_SHARE, window=max(ASKING_WINDOW, limit), names_topic=names_the_topic(plan, lexical))
+    lift_neighbours(scores, neighbour_of, share, lift_from)
     scores = relevant(scores, found, min_similarity, neighbour_of)
     result = order(scores, rows, limit=limit, duplicate_similarity=tuning.DUPLICATE_SIMILARITY,
                    vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None,
@@ -365,12 +370,27 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
     return latest_ranking(texts, subject=subject, weight=weight)
 
 
-def _only_asking(store: Store, chat_id: str, messages: dict[str, int]) -> set[str]:
-    """Of these memories ({id: its message}), those whose message only asks: one read of the messages' texts
-    that hold a question mark."""
+def _only_asking(store: Store, chat_id: str, messages: dict[str, int]) -> dict[str, str]:
+    """Of these memories ({id: its message}), those whose message only asks, with its text: one read of the
+    messages' texts that hold a question mark."""
     texts = store.read_inline(lambda conn: texts_with_question_mark(conn, chat_id, messages.values()))
-    asking = {i for i, text in texts.items() if only_asks(text)}
-    return {node_id for node_id, i in messages.items() if i in asking}
+    return {node_id: texts[i] for node_id, i in messages.items() if i in texts and only_asks(texts[i])}
+
+
+def names_the_topic(plan: QueryPlan, lexical):
+    """A test of a question's text: does it name what the input asks about? That is what the input borrows from
+    the recent turns, or else its rarest terms in the chat. Not the input's own rarest when it borrows: in
+    "知道他是哪年出生的吗？" those are question words, which every question of that form shares (adding them cost
+    Chinese reference questions, docs/evaluation.md). None when ASKING_TOPIC_LIFT is off or nothing is named."""
+    if not tuning.ASKING_TOPIC_LIFT:
+        return None
+    if plan.borrowed_names:
+        terms = {t for name in plan.borrowed_names for t in tokenize(name)}
+    else:
+        weights = lexical.term_weights(plan.text)
+        rarest = max(weights.values(), default=0.0)
+        terms = {t for t, w in weights.items() if w >= rarest}
+    return (lambda text: not terms.isdisjoint(tokenize(text))) if terms else None
 
 
 def _split(hits: list[tuple[str, float]]) -> tuple[list[str], dict[str, float]]:
