@@ -387,6 +387,9 @@ def names_the_topic(plan: QueryPlan, lexical):
     if plan.borrowed_names:
         terms = {t for name in plan.borrowed_names for t in tokenize(name)}
     else:
+        # Only the terms tied at the rarest, not current.subject_terms' two rarest: a commoner term is what
+        # form-alike questions share (terms within 0.5 of the rarest's idf: ZH reference .184 -> .180; the two
+        # rarest were not measured).
         weights = lexical.term_weights(plan.text)
         rarest = max(weights.values(), default=0.0)
         terms = {t for t, w in weights.items() if w >= rarest}
