@@ -10,7 +10,9 @@ The chats are synced as the SillyTavern extension syncs them; each question is s
 user message and recalled as the extension's interceptor asks (query = that message, recent = the four
 messages before it, budget = the chat's recall.budget_tokens). Scores: evidence recall@5/10/20 per
 language and category, the share of the top-10 evidence that reaches the injected block, the stale-fact
-rate on corrected facts, and the directive memories among the first 10.
+rate on corrected facts, and the directive memories among the first 10. With the product's two sides and
+the fusion baselines in the run, issue 18's bar per group (metrics.bar_cells): the margin to the best fusion
++ 3 points or the best side, with its interval from resampling the group's questions.
 
     .venv/bin/python scripts/eval_recall.py                    # everything
     .venv/bin/python scripts/eval_recall.py --quick            # one chat per language
@@ -370,6 +372,19 @@ def main(set_path, public, split, quick, chat_ids, settings, no_ablations, varia
     click.echo("\nR@10 by group (product variants and baselines):\n")
     click.echo(metrics.r10_table({**systems, **{k: v for k, v in variants.items() if k != PRODUCT}, **long_baselines},
                                  categories))
+    fusions = {name: outs for name, outs in baselines.items() if name.startswith("RRF ")}
+    sides = {name: variants[name] for name in SINGLE_SIDES if name in variants}
+    if fusions and len(sides) == len(SINGLE_SIDES):
+        click.echo(f"\nThe bar, R@10 per group: the product against each fusion + {metrics.BAR_MARGIN:.2f} and each of its"
+                   f" own sides; the margin's interval from {metrics.RESAMPLES} resamples of the group's questions (the"
+                   " same draw for every system), and the share of them in which the product reaches the bar:\n")
+        click.echo(metrics.bar_table(metrics.bar_cells(variants[PRODUCT], fusions, sides, categories)))
+        if any("-" in o.lang for o in variants[PRODUCT]):   # a public set's halves: each set whole as well
+            whole = metrics.whole_sets
+            click.echo("\nThe same bar, each set whole (its tuned-on and held-out halves together):\n")
+            click.echo(metrics.bar_table(metrics.bar_cells(
+                whole(variants[PRODUCT]), {n: whole(o) for n, o in fusions.items()},
+                {n: whole(o) for n, o in sides.items()}, categories)))
     top40 = metrics.score(variants[PRODUCT]).recall
     in40 = sum(metrics.recall_at(o.evidence, o.ranked, 40) for o in variants[PRODUCT]) / len(variants[PRODUCT])
     click.echo(f"\nproduct: evidence in its first 40 memories (R@40) {in40:.3f}; R@20 {top40[20]:.3f}")

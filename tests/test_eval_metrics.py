@@ -126,3 +126,43 @@ def test_an_answer_counts_only_when_every_part_is_in_the_block():
     assert metrics.answer_found("老刘; north quay", block)
     assert not metrics.answer_found("老刘; 奶奶", block)  # one part missing
     assert not metrics.answer_found(" ; ", block)        # no answer at all
+
+
+def _answering(pattern: str, lang: str = "en", category: str = "fact") -> list[Outcome]:
+    """One outcome per character of `pattern`: "1" finds the question's evidence first, "0" does not."""
+    return [outcome([7], [(7, 7)] if hit == "1" else [(99, 99)], lang=lang, category=category, qid=f"q{i}")
+            for i, hit in enumerate(pattern)]
+
+
+def test_the_bar_is_the_best_fusion_plus_three_points_or_the_best_of_the_products_own_sides():
+    product = _answering("1" * 60 + "0" * 40)                      # .60
+    fusion = _answering("1" * 55 + "0" * 45)                       # .55 -> the bar .58
+    keywords, vectors = _answering("1" * 59 + "0" * 41), _answering("0" * 40 + "1" * 50 + "0" * 10)  # .59, .50
+    cells = metrics.bar_cells(product, {"RRF speaker": fusion}, {"keywords": keywords, "vectors": vectors}, ("fact",))
+    assert [c.key for c in cells] == [("en", "fact"), ("en", "all")]
+    cell = cells[0]
+    assert (cell.n, cell.by) == (100, "keywords")
+    assert cell.product == pytest.approx(0.60) and cell.bar == pytest.approx(0.59)
+    assert cell.met and cell.margin == pytest.approx(0.01)
+    assert cell.low <= cell.margin <= cell.high
+    fused_higher = metrics.bar_cells(product, {"RRF speaker": _answering("1" * 58 + "0" * 42)}, {}, ("fact",))[0]
+    assert fused_higher.by == "RRF speaker" and fused_higher.bar == pytest.approx(0.61) and not fused_higher.met
+
+
+def test_the_bars_interval_resamples_the_same_questions_for_every_system():
+    product = _answering("10" * 20)
+    # The same answers: on every draw the margin is 0 (a draw apart per system would scatter it).
+    same = metrics.bar_cells(product, {}, {"vectors": _answering("10" * 20)}, ("fact",))[0]
+    assert (same.low, same.high, same.reached) == (0.0, 0.0, 1.0)
+    # The product misses what the side finds, one question in four: below the bar on every draw with one of them.
+    worse = metrics.bar_cells(product, {}, {"vectors": _answering("1110" * 10)}, ("fact",))[0]
+    assert worse.high < 0 and worse.reached < 0.01 and not worse.met
+    table = metrics.bar_table([same, worse])
+    assert "MET" in table.splitlines()[2] and "MISS" in table.splitlines()[3]
+
+
+def test_a_public_sets_halves_fold_into_the_whole_set():
+    outs = [outcome([1], [], lang="en-tune", qid="a"), outcome([1], [], lang="en-held", qid="b"),
+            outcome([1], [], lang="zh", qid="c")]
+    assert [o.lang for o in metrics.whole_sets(outs)] == ["en", "en", "zh"]
+    assert [o.lang for o in outs] == ["en-tune", "en-held", "zh"]      # the originals are left as they were

@@ -16,7 +16,11 @@ import dataclasses
 import re
 from collections import defaultdict
 
+import numpy as np
+
 KS = (5, 10, 20)
+BAR_MARGIN = 0.03       # issue 18's bar: the fusion baselines + 3 points, and each of the product's own sides
+RESAMPLES = 2000        # bootstrap resamples of a group's questions
 DIRECTIVE_TYPES = frozenset(("correction", "preference", "decision", "error", "workflow"))
 
 Range = tuple[int, int]
@@ -164,4 +168,75 @@ def r10_table(systems: dict[str, list[Outcome]], categories: tuple[str, ...]) ->
     for name, outs in systems.items():
         grouped = groups(outs, categories)
         lines.append(f"{name[:44]:<44}|" + "|".join(f"{_fmt(score(grouped.get(k, [])).recall[10]):>13}" for k in keys))
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class BarCell:
+    """The product's R@10 in one group against issue 18's bar, with how sure that comparison is."""
+    key: tuple[str, str]
+    n: int
+    product: float
+    bar: float
+    by: str            # the system that sets the bar
+    low: float         # 5th and 95th percentiles of the margin (product - bar) over resampled questions
+    high: float
+    reached: float     # the share of resamples in which the product reaches the bar
+
+    @property
+    def margin(self) -> float:
+        return self.product - self.bar
+
+    @property
+    def met(self) -> bool:
+        return self.margin >= -1e-9
+
+
+def bar_cells(product: list[Outcome], fusions: dict[str, list[Outcome]], sides: dict[str, list[Outcome]],
+              categories: tuple[str, ...], *, margin: float = BAR_MARGIN, resamples: int = RESAMPLES,
+              seed: int = 0) -> list[BarCell]:
+    """Per (language, category) group of the product's questions: its R@10 against the bar (each fusion
+    baseline + `margin`, each of the product's own sides, whichever is highest), and a paired bootstrap of the
+    difference: the group's questions drawn again with replacement, every system scored on the same draw. A
+    group of 21 questions is one question (about 5 points) wide; the interval says so."""
+    others = {**{name: (outs, margin) for name, outs in fusions.items()},
+              **{name: (outs, 0.0) for name, outs in sides.items()}}
+    by_qid = {name: {o.qid: recall_at(o.evidence, o.ranked, 10) for o in outs} for name, (outs, _) in others.items()}
+    rng = np.random.default_rng(seed)
+    cells = []
+    for key, outs in groups(product, categories).items():
+        if key == ("all", "all") or not outs:
+            continue
+        qids = [o.qid for o in outs]
+        rows = np.array([[recall_at(o.evidence, o.ranked, 10) for o in outs]]
+                        + [[by_qid[name].get(q, 0.0) for q in qids] for name in others])
+        lifts = np.array([0.0] + [lift for _, lift in others.values()])[:, None]
+        draws = rng.integers(0, len(qids), size=(resamples, len(qids)))
+        means = rows.mean(axis=1, keepdims=True) + lifts
+        resampled = rows[:, draws].mean(axis=2) + lifts                  # (systems, resamples)
+        bars = resampled[1:].max(axis=0) if others else np.zeros(resamples)
+        diffs = resampled[0] - bars
+        best = int(np.argmax(means[1:, 0])) if others else None
+        cells.append(BarCell(key, len(qids), float(means[0, 0]), float(means[1 + best, 0]) if others else 0.0,
+                             list(others)[best] if others else "-", float(np.percentile(diffs, 5)),
+                             float(np.percentile(diffs, 95)), float(np.mean(diffs >= -1e-9))))
+    return cells
+
+
+def whole_sets(outcomes: list[Outcome]) -> list[Outcome]:
+    """The outcomes with a half's label ("en-tune", "en-held") folded into its set's language ("en")."""
+    return [dataclasses.replace(o, lang=o.lang.split("-")[0]) for o in outcomes]
+
+
+def bar_table(cells: list[BarCell]) -> str:
+    """The bar cells as lines: product, bar and who sets it, the margin and its 90% interval, MET or MISS."""
+    def signed(x: float) -> str:
+        return ("+" if x >= 0 else "-") + f"{abs(x):.3f}".lstrip("0")
+
+    head = f"{'group':<18}{'n':>5} | product |  bar  set by {'':<26}| margin  90% interval  reached in"
+    lines = [head, "-" * len(head)]
+    for c in cells:
+        lines.append(f"{c.key[0] + ' ' + c.key[1]:<18}{c.n:>5} |  {_fmt(c.product)}  | {_fmt(c.bar)}  {c.by[:32]:<32}|"
+                     f" {signed(c.margin)}  [{signed(c.low)}, {signed(c.high)}]  {c.reached:>5.0%}  "
+                     f"{'MET' if c.met else 'MISS'}")
     return "\n".join(lines)
