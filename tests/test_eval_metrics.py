@@ -166,3 +166,11 @@ def test_a_public_sets_halves_fold_into_the_whole_set():
             outcome([1], [], lang="zh", qid="c")]
     assert [o.lang for o in metrics.whole_sets(outs)] == ["en", "en", "zh"]
     assert [o.lang for o in outs] == ["en-tune", "en-held", "zh"]      # the originals are left as they were
+
+
+def test_the_bar_needs_a_system_to_set_it_and_the_same_questions_in_each():
+    product = _answering("10")
+    with pytest.raises(ValueError, match="no fusion baseline and no side"):
+        metrics.bar_cells(product, {}, {}, ("fact",))
+    with pytest.raises(ValueError, match="missing from vectors"):
+        metrics.bar_cells(product, {}, {"vectors": _answering("1")}, ("fact",))

@@ -201,25 +201,28 @@ def bar_cells(product: list[Outcome], fusions: dict[str, list[Outcome]], sides: 
     group of 21 questions is one question (about 5 points) wide; the interval says so."""
     others = {**{name: (outs, margin) for name, outs in fusions.items()},
               **{name: (outs, 0.0) for name, outs in sides.items()}}
+    if not others:
+        raise ValueError("bar_cells: no fusion baseline and no side to set the bar")
     by_qid = {name: {o.qid: recall_at(o.evidence, o.ranked, 10) for o in outs} for name, (outs, _) in others.items()}
+    missing = {name: len({o.qid for o in product} - set(scored)) for name, scored in by_qid.items()}
+    if any(missing.values()):   # scored as 0 they would lower the bar: the runs asked different questions
+        raise ValueError(f"bar_cells: product questions missing from {', '.join(n for n, k in missing.items() if k)}")
+    lifts = np.array([0.0] + [lift for _, lift in others.values()])[:, None]
     rng = np.random.default_rng(seed)
     cells = []
     for key, outs in groups(product, categories).items():
-        if key == ("all", "all") or not outs:
+        if key == ("all", "all"):
             continue
-        qids = [o.qid for o in outs]
         rows = np.array([[recall_at(o.evidence, o.ranked, 10) for o in outs]]
-                        + [[by_qid[name].get(q, 0.0) for q in qids] for name in others])
-        lifts = np.array([0.0] + [lift for _, lift in others.values()])[:, None]
-        draws = rng.integers(0, len(qids), size=(resamples, len(qids)))
-        means = rows.mean(axis=1, keepdims=True) + lifts
+                        + [[by_qid[name][o.qid] for o in outs] for name in others])
+        draws = rng.integers(0, len(outs), size=(resamples, len(outs)))
+        means = rows.mean(axis=1) + lifts[:, 0]
         resampled = rows[:, draws].mean(axis=2) + lifts                  # (systems, resamples)
-        bars = resampled[1:].max(axis=0) if others else np.zeros(resamples)
-        diffs = resampled[0] - bars
-        best = int(np.argmax(means[1:, 0])) if others else None
-        cells.append(BarCell(key, len(qids), float(means[0, 0]), float(means[1 + best, 0]) if others else 0.0,
-                             list(others)[best] if others else "-", float(np.percentile(diffs, 5)),
-                             float(np.percentile(diffs, 95)), float(np.mean(diffs >= -1e-9))))
+        diffs = resampled[0] - resampled[1:].max(axis=0)
+        best = int(np.argmax(means[1:]))
+        cells.append(BarCell(key, len(outs), float(means[0]), float(means[1 + best]), list(others)[best],
+                             float(np.percentile(diffs, 5)), float(np.percentile(diffs, 95)),
+                             float(np.mean(diffs >= -1e-9))))
     return cells
 
 
