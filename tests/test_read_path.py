@@ -47,6 +47,13 @@ def test_recent_turns_lend_names_only_to_an_input_that_refers_back():
     assert plan.borrowed_names == [] and plan.reference is None
 
 
+def test_a_transliterated_chinese_name_is_one_name_and_is_lent_whole():
+    recent = ["主演有卢卡斯·哈斯、安德鲁·普利文等。"]
+    plan = plan_query("他后来还演过什么？", recent, now=WED, lang="zh")
+    assert plan.borrowed_names == ["卢卡斯·哈斯", "安德鲁·普利文"]   # not "主演有卢卡斯" nor "普利文等"
+    assert not refers_back("他和莱昂纳多·迪卡普里奥合作过吗？")   # names someone itself
+
+
 def test_the_time_asked_about_is_read_apart_but_today_is_no_filter():
     plan = plan_query('*I yawn.* "What happened six days ago at the docks?"', [], now=WED, lang="en")
     assert plan.time.expression == "six days ago" and plan.topic == "What happened at the docks?"
@@ -764,3 +771,67 @@ def test_a_memory_is_skipped_for_a_question_about_now_only_when_its_fields_canno
         for word in set(re.findall(r"[^\W_]+", node_text(fields).lower())):
             assert names_any(fields, [word]), (word, fields)
     assert not names_any({"summary": "Thanks, Irene! Have a great one!", "speaker": "Tom"}, ["harlan"])
+
+
+def _film_talks() -> list[dict]:
+    """Two evenings' talks about two films, each naming its film twice (so it becomes a name anchor) and then its
+    director without naming the film again, among small talk."""
+    chat = [{"role": "user", "name": "林晓", "text": f"今天的晚饭是第{i}道菜，味道还行。"} if i % 2 == 0 else
+            {"role": "assistant", "name": "周然", "text": f"我吃了米饭和青菜，这是第{i}次了。"} for i in range(40)]
+    chat[0] = {"role": "user", "name": "林晓", "text": "你看过《模仿游戏》吗？"}
+    chat[1] = {"role": "assistant", "name": "周然", "text": "看过，《模仿游戏》讲的是图灵破解密码的故事。"}
+    chat[3] = {"role": "assistant", "name": "周然", "text": "导演是莫腾·泰杜姆，他拍得很克制，节奏也稳。"}
+    chat[20] = {"role": "user", "name": "林晓", "text": "你看过《盗梦空间》吗？"}
+    chat[21] = {"role": "assistant", "name": "周然", "text": "看过，《盗梦空间》里的梦一层套一层。"}
+    chat[23] = {"role": "assistant", "name": "周然", "text": "导演是诺兰。"}
+    for i in (9, 13, 31, 35):   # a word the chat often says: the input's own words are no rarer than the recent turn's
+        chat[i] = {"role": "assistant", "name": "周然", "text": f"好多导演是从我们这座城市出来的，第{i}个了。"}
+    return chat
+
+
+async def _recalled(sidecar, question: str, recent: list[dict]) -> list[dict]:
+    return (await recall(sidecar, "c", {"query": question, "recent": recent, "budget_tokens": 800}))["memories"]
+
+
+def _place(memories: list[dict], seq: int) -> int:
+    return next(i for i, m in enumerate(memories) if m["seq_range"][0] == seq)
+
+
+async def test_an_input_that_names_nobody_finds_what_was_said_while_the_recent_turns_subject_was_talked_about(
+        sidecar, monkeypatch):
+    await full_sync(sidecar, "c", _film_talks())
+    await settle(sidecar, "c")
+    recent = [{"role": "user", "name": "林晓", "text": "我昨晚又看了一遍《模仿游戏》，还是很喜欢。"}]
+    memories = await _recalled(sidecar, "导演是谁呢？", recent)
+    assert _place(memories, 3) < _place(memories, 23)   # the director of the film the last turn named ...
+    assert "subject" in memories[_place(memories, 3)]["score_parts"]
+    monkeypatch.setattr(tuning, "SUBJECT_WEIGHT", 0.0)
+    memories = await _recalled(sidecar, "导演是谁呢？", recent)
+    assert _place(memories, 23) < _place(memories, 3)   # ... which its words alone rank below the shorter other one
+    monkeypatch.undo()
+    # An input that names a subject itself is searched by it: the recent turn lends it no subject.
+    memories = await _recalled(sidecar, "《盗梦空间》的导演是谁呢？", recent)
+    assert not any("subject" in m["score_parts"] for m in memories)
+    # A main character is in everything: the turn that names only one lends no subject.
+    recent = [{"role": "user", "name": "林晓", "text": "周然昨晚又讲起图灵破解密码的故事，还是很喜欢。"}]
+    assert not any("subject" in m["score_parts"] for m in await _recalled(sidecar, "导演是谁呢？", recent))
+
+
+async def test_a_subject_is_a_name_as_written_not_a_word_that_once_began_a_sentence(sidecar):
+    chat = _quiet_chat(40)
+    for i in (1, 9, 27, 33):   # a word the chat often says: the input's own words are no rarer than the recent turn's
+        chat[i] = {"role": "assistant", "name": "Elena", "text": f"The captain of the harbour watch came by ({i})."}
+    chat[3] = {"role": "assistant", "name": "Elena", "text": "Marlow sold me the compass at the pier."}
+    chat[4] = {"role": "user", "name": "Alex", "text": "Marlow haggles for hours over a single coin."}
+    chat[6] = {"role": "user", "name": "Alex", "text": "The captain of his ship was Edric Vane, a hard and quiet man."}
+    chat[13] = {"role": "assistant", "name": "Elena", "text": "Something moved in the water below the pier."}
+    chat[15] = {"role": "assistant", "name": "Elena", "text": "Something tugged at the nets all night."}
+    chat[17] = {"role": "user", "name": "Alex", "text": "The captain of the ferry was Old Brannock."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    recent = [{"role": "assistant", "name": "Elena", "text": "I keep thinking of Marlow and his stall of odd trinkets."}]
+    memories = await _recalled(sidecar, "Who was the captain, do you remember?", recent)
+    assert "subject" in memories[_place(memories, 6)]["score_parts"]   # said right after Marlow was named
+    recent = [{"role": "assistant", "name": "Elena", "text": "I keep thinking something odd was in those trinkets."}]
+    memories = await _recalled(sidecar, "Who was the captain, do you remember?", recent)
+    assert not any("subject" in m["score_parts"] for m in memories)   # "something" is no mention of "Something"

@@ -116,6 +116,10 @@ def test_heuristic_helpers():
     names = candidate_names("Dorian's sword gleamed. I'm fine. It's late. Don't go. That's Elowen's. We'll see. "
                             "You're right. They've gone. Isn't it? O'Brien and Jean-Luc came.")
     assert names == {"Dorian", "Elowen", "O'Brien", "Jean-Luc"}  # contractions are no names; a possessive is its name
+    # A transliterated name is its interpunct-joined parts, without the words around it; a quoted title keeps its dot.
+    assert candidate_names("导演是莫腾·泰杜姆，知道他吗？") == {"莫腾·泰杜姆"}
+    assert candidate_names("《安娜·卡列尼娜》和《色·戒》都改编自小说，主演有凯拉·奈特莉。") == {"安娜·卡列尼娜", "色·戒", "凯拉·奈特莉"}
+    assert candidate_names("时间·地点都定了") == set()   # ordinary words joined by a dot are no name
     chunks = split_chunks("One sentence here. " * 200, 50)
     assert len(chunks) > 3 and all(count_tokens(c) <= 60 for c in chunks)
 

@@ -40,6 +40,7 @@ export function recallReasons(memory) {
     const reasons = [];
     if (p.time) reasons.push('the day you asked about');
     if (p.latest) reasons.push('the latest on it');
+    if (p.subject) reasons.push('said while what you refer to was talked about');
     if (p.lexical > 0) reasons.push('shares words with your message');
     else if (p.graph) reasons.push('linked to another memory found');
     else if (p.neighbour) reasons.push('next to a message found');

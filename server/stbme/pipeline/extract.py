@@ -35,7 +35,7 @@ from ..store.queries import chat_row
 from ..tokens import truncate_to_tokens
 from .batch import MAX_BATCH_MESSAGES, BatchContext, batch_end
 from .evolve import EvolutionCounts
-from .heuristic import remove_tag_blocks
+from .heuristic import mentions_name, remove_tag_blocks
 from .operations import CREATABLE, MAX_OPS, NAMED_TYPES, OpApplier, parse_operations
 from .prompting import KeyMap, LLMStage, chat_language, memory_line
 from .sync import Message, load_messages
@@ -182,7 +182,7 @@ class ExtractStage(LLMStage):
         named = []
         for node in await self.store.read(read):
             name = field_text(node.fields.get("name")).casefold()
-            if len(name) >= 2 and _mentions(name, folded):
+            if mentions_name(name, folded):
                 named.append(node)
         named.sort(key=lambda n: (field_text(n.fields.get("name")).casefold(), n.type, n.seq_to or -1))
         chosen = named[:limit]
@@ -216,10 +216,3 @@ class ExtractStage(LLMStage):
         made = evolution.connections + evolution.updates
         self.report_dropped(ctx, "evolve", made + sum(evolution.dropped.values()), made, evolution.dropped)
 
-
-def _mentions(key: str, folded_text: str) -> bool:
-    if key not in folded_text:
-        return False
-    if key.isascii():
-        return re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", folded_text) is not None
-    return True

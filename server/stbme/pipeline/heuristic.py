@@ -24,7 +24,18 @@ from .timeline import story_time_of
 REASONING_TAGS = ("think", "thinking", "analysis", "reasoning")
 _SENTENCE = re.compile(r"(?<=[.!?。！？…])\s*|\n+")
 _LATIN_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]*[a-z][a-zA-Z'\-]*\b")
-_CJK_QUOTED = re.compile(r"[「『《【“]([\u4e00-\u9fff\u3040-\u30ff]{2,8})[」』》】”]")
+_CJK_QUOTED = re.compile(r"[「『《【“]([\u4e00-\u9fff\u3040-\u30ff]{2,8}"
+                         r"|[\u4e00-\u9fff]{1,8}(?:[·・•][\u4e00-\u9fff]{1,8}){1,3})[」』》】”]")   # also 《色·戒》
+# A transliterated name: its parts joined by an interpunct ("莱昂纳多·迪卡普里奥", "汤姆·汉克斯"), each made of
+# the characters transliteration uses, so the words around it ("导演是", "等") are not taken into it.
+_SOUNDS = ("阿埃艾爱安昂奥澳巴拜班邦包保鲍贝本比彼毕宾滨波玻伯勃博布查柴彻楚茨达戴黛丹德登狄迪蒂帝丁东杜多朵俄厄"
+           "恩尔法凡范菲费芬丰冯佛弗伏福富盖甘冈高戈哥格根贡古瓜圭果哈海汉翰豪赫黑亨洪胡华怀惠霍基吉加佳贾杰捷金"
+           "津居君喀卡凯坎康考柯科克肯孔库夸奎昆拉腊莱赖兰朗劳勒雷蕾黎里理丽利莉连莲廉林琳玲凌留柳龙隆娄卢鲁陆路"
+           "伦罗洛吕马玛迈麦曼芒毛茂梅美门蒙孟米密敏明摩莫墨默姆木穆纳娜乃奈南楠瑙内妮尼涅宁纽努诺欧帕派潘庞佩彭"
+           "皮珀坡普齐奇契恰乔切钦琴琼丘屈让热瑞若撒萨塞赛桑瑟森沙莎山珊尚绍舍申什施史舒斯思松苏索塔泰坦汤唐陶特"
+           "提汀廷通图托瓦娃万旺威韦维温文沃乌伍武西希锡夏谢欣辛休修徐雅亚扬杨耶叶伊依因英尤约泽扎詹哲珍朱卓兹佐"
+           "腾列歌丝芙薇琪茜赞迦斐罕娅妲蔻缇裴席芭葛歇治雯白堡得钱夫迭蓉")
+_CJK_DOTTED = re.compile(rf"[{_SOUNDS}]{{1,6}}(?:[·・•][{_SOUNDS}]{{1,8}}){{1,3}}")
 _CJK_TITLED = re.compile(r"[\u4e00-\u9fff]{1,2}(?:先生|小姐|女士|夫人|大人|殿下|陛下|老师|队长|王国|帝国|城|村|镇|学院|公司|小队|军团|森林|神殿)")
 # Capitalised words that start sentences or address people, not names.
 _NOT_NAMES = frozenset("""
@@ -96,7 +107,8 @@ def split_chunks(text: str, max_tokens: int) -> list[str]:
 
 
 def candidate_names(text: str) -> set[str]:
-    """Words that look like names: capitalised Latin words used as such, quoted or titled CJK terms."""
+    """Words that look like names: capitalised Latin words used as such, quoted or titled CJK terms, and
+    transliterated names joined by an interpunct (outside quotes, where the quoted name is taken whole)."""
     names = set()
     lowered_words = set(re.findall(r"\b[a-z][a-z'\-]*\b", text))
     for match in _LATIN_NAME.finditer(text):
@@ -110,6 +122,7 @@ def candidate_names(text: str) -> set[str]:
         names.add(word)
     names.update(m.group(1) for m in _CJK_QUOTED.finditer(text))
     names.update(m.group(0) for m in _CJK_TITLED.finditer(text))
+    names.update(m.group(0) for m in _CJK_DOTTED.finditer(_CJK_QUOTED.sub(" ", text)))
     return names
 
 
@@ -117,8 +130,9 @@ def _name_key(name: str) -> str:
     return name.casefold().strip()
 
 
-def _mentions(key: str, folded_text: str) -> bool:
-    """Does the (casefolded) text mention this name? Latin names must stand as whole words."""
+def mentions_name(key: str, folded_text: str) -> bool:
+    """Does the text mention this name? Latin names must stand as whole words. Pass both casefolded to
+    match any case, or both as written."""
     if len(key) < 2 or key not in folded_text:
         return False
     if key.isascii():
@@ -231,7 +245,7 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
         speaker_id = graph.named_node(speaker, "character")
         previous = graph.last_event_before(msg.index)
         folded = text.casefold()
-        known = sorted(key for key in graph.named if key != _name_key(speaker) and _mentions(key, folded))
+        known = sorted(key for key in graph.named if key != _name_key(speaker) and mentions_name(key, folded))
         participants = [speaker] + [n for n in mentioned if graph.named.get(_name_key(n))]
         events = []
         for part, chunk in enumerate(split_chunks(text, chunk_tokens)):

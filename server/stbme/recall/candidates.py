@@ -7,6 +7,9 @@
   memories match the phrase best), then the day before.
 - The graph around the first hits: the memories of the people and things they name (less known names only:
   the main characters are in everything), ranked by the topic; multi-hop evidence is found this way.
+- The subject of the recent turns, for an input that names none ("导演是谁呢？" after turns about
+  《模仿游戏》, "and who directed it?"): what was said while that subject was talked about before, ranked by
+  the input's own words. A talk names its subject once, then speaks of its director, its year, its cast.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import datetime as dt
 import numpy as np
 import orjson
 
+from ..graph.attribution import without_vocatives
 from ..index import ChatIndex, LexicalIndex
+from ..pipeline.heuristic import candidate_names, mentions_name
 from ..store import Store
 from ..store.queries import count_events, nodes_by_ids, nodes_on_days
 from . import tuning
@@ -30,6 +35,7 @@ HUB_DEGREE = 60             # a name in more memories than this is a main charac
 HUB_SHARE = 0.1             # nor one in more than this share of a short chat's events (at least HUB_FLOOR)
 HUB_FLOOR = 8
 EXPANDED_PER_NAME = 40
+SUBJECT_NAMES = 2           # the recent turns' subjects followed (a turn's longest names first)
 
 
 @dataclasses.dataclass
@@ -169,12 +175,13 @@ def _names_of(conn, chat_id: str, seeds: list[str]) -> dict[str, int]:
         f"SELECT DISTINCT e.from_id FROM edges e {BY_TARGET} JOIN nodes n ON n.id = e.from_id WHERE e.chat_id = ? AND"
         f" e.to_id IN ({marks}) AND e.relation = 'involved_in' AND e.invalid_at IS NULL"
         " AND n.type IN ('character', 'entity', 'location')", (chat_id, *seeds))]
-    degree = {}
-    for anchor in anchors:
-        degree[anchor] = conn.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM edges WHERE chat_id = ? AND from_id = ? AND relation = 'involved_in'"
-            " LIMIT ?)", (chat_id, anchor, HUB_DEGREE + 1)).fetchone()[0]
-    return degree
+    return {anchor: _degree(conn, chat_id, anchor) for anchor in anchors}
+
+
+def _degree(conn, chat_id: str, anchor: str) -> int:
+    """How many memories a name is in, counted up to one past HUB_DEGREE."""
+    return conn.execute("SELECT count(*) FROM (SELECT 1 FROM edges WHERE chat_id = ? AND from_id = ? AND"
+                        " relation = 'involved_in' LIMIT ?)", (chat_id, anchor, HUB_DEGREE + 1)).fetchone()[0]
 
 
 def _members(conn, chat_id: str, anchors: list[str]) -> list[str]:
@@ -186,15 +193,57 @@ def _members(conn, chat_id: str, anchors: list[str]) -> list[str]:
     return out
 
 
+def _hub(conn, chat_id: str) -> int:
+    """The most memories a name may be in and still be followed: past it, it is a main character's."""
+    return min(HUB_DEGREE, max(HUB_FLOOR, int(HUB_SHARE * count_events(conn, chat_id, int(HUB_DEGREE / HUB_SHARE)))))
+
+
 def graph_members(conn, chat_id: str, seeds: list[str]) -> list[str]:
     """The memories of the less common names the first hits (seeds) involve (a read: pass it a connection)."""
     seeds = seeds[:EXPAND_SEEDS]
     if not seeds:
         return []
     degree = _names_of(conn, chat_id, seeds)
-    hub = min(HUB_DEGREE, max(HUB_FLOOR, int(HUB_SHARE * count_events(conn, chat_id, int(HUB_DEGREE / HUB_SHARE)))))
+    hub = _hub(conn, chat_id)
     rare = [a for a, d in sorted(degree.items(), key=lambda item: (item[1], item[0])) if d <= hub]
     return _members(conn, chat_id, rare) if rare else []
+
+
+def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int) -> list[str]:
+    """For an input that names nobody (its vocatives aside) and leans on the recent turns (newest first):
+    the memories of the messages from each mention of the newest turn's known names to `after` messages
+    later, for at most SUBJECT_NAMES of them, less common names only (a main character is in everything).
+    Empty when the input names someone itself: its own words find that. A read: pass it a connection."""
+    said = without_vocatives(text)
+    if candidate_names(said):
+        return []
+    said = said.casefold()
+    anchors = sorted(((str(orjson.loads(fields).get("name") or ""), node_id) for node_id, fields in
+                      conn.execute("SELECT id, fields FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
+                                   " ('character', 'entity', 'location')", (chat_id,))),
+                     key=lambda a: (-len(a[0]), a))   # the longest first: "安娜·卡列尼娜" before "安娜"
+    if any(mentions_name(name.casefold(), said) for name, _ in anchors):
+        return []
+    hub, subjects = _hub(conn, chat_id), []
+    for turn in recent:
+        # As written: "something" in a turn is no mention of a "Something" that began a sentence once.
+        subjects = [a for name, a in anchors if mentions_name(name, turn)
+                    and _degree(conn, chat_id, a) <= hub][:SUBJECT_NAMES]
+        if subjects:
+            break
+    mentions = sorted({row[0] for a in subjects for row in conn.execute(
+        "SELECT n.seq_to FROM edges e JOIN nodes n ON n.id = e.to_id WHERE e.chat_id = ? AND e.from_id = ? AND"
+        " e.relation = 'involved_in' AND e.invalid_at IS NULL AND n.type = 'event' AND n.seq_to IS NOT NULL",
+        (chat_id, a))})
+    spans: list[list[int]] = []
+    for seq in mentions:   # overlapping windows read as one
+        if spans and seq <= spans[-1][1] + 1:
+            spans[-1][1] = seq + after
+        else:
+            spans.append([seq, seq + after])
+    return [row[0] for lo, hi in spans for row in conn.execute(
+        "SELECT id FROM nodes WHERE chat_id = ? AND seq_to BETWEEN ? AND ? AND type = 'event' AND archived = 0",
+        (chat_id, lo, hi))]
 
 
 def graph_ranking(members: list[str], seeds: list[str], plan: QueryPlan, *, lexical: LexicalIndex,

@@ -70,7 +70,7 @@ def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, 
     # The lists by kind, picked out once (not per candidate): each candidate's best raw score in each kind.
     vector_lists = [raw[n] for n in raw if n.startswith("vec")]
     lexical_lists = [raw[n] for n in raw if n.startswith("lex")]
-    extra_lists = [(name, raw[name]) for name in ("time", "graph", "latest") if name in raw]
+    extra_lists = [(name, raw[name]) for name in ("time", "graph", "latest", "subject") if name in raw]
     best_vector, best_lexical = _best_of(vector_lists), _best_of(lexical_lists)
     out = {}
     for node_id, fusion in fused.items():

@@ -3,7 +3,8 @@
 1. The query (recall/query.py): the input without its roleplay actions, split into its parts, the time it
    asks about read apart; recent turns only lend names when the input refers back to them.
 2. Candidates (recall/candidates.py): keywords and vectors per part, the memories of the days it names,
-   the memories of the less common names the first hits involve, the messages around the best hits.
+   the memories of the less common names the first hits involve, the messages around the best hits, and
+   for an input that names nobody, what was said while the recent turns' subject was talked about.
 3. Fusion and order (recall/ranking.py): weighted reciprocal-rank fusion, one memory per message,
    near-duplicates out, ties by node id.
 4. The block (recall/render.py): pinned memories, rules and the synopsis, directives within their share,
@@ -31,7 +32,8 @@ from ..store.queries import (RANKING_INDEX, latest_send_date, memories_of_turn, 
                              texts_with_question_mark)
 from ..tokens import count_tokens, last_tokens
 from . import tuning
-from .candidates import Ranking, anchor_day, graph_members, graph_ranking, message_neighbours, time_ranking
+from .candidates import (Ranking, anchor_day, by_topic, graph_members, graph_ranking, message_neighbours,
+                         subject_members, time_ranking)
 from .current import asks_about_now, latest_ranking, names_any, subject_terms
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, asks, found_by_search, fuse, lift_neighbours, lower_askers,
@@ -260,6 +262,12 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
             if turn_vectors:
                 ref_vec = _unit(_unit(topic_vec) + _unit(np.mean(turn_vectors, axis=0)))
                 rankings.append(Ranking("vecref", w_vec * tuning.REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
+        if tuning.SUBJECT_WEIGHT > 0 and recent:
+            subject = store.read_inline(lambda conn: subject_members(conn, chat_id, plan.text, recent,
+                                                                     tuning.SUBJECT_AFTER))
+            if subject:
+                rankings.append(by_topic("subject", tuning.SUBJECT_WEIGHT, subject, lexical=lexical, index=hnsw,
+                                         qvec=topic_vec, topic=plan.topic, rrf_k=RRF_K))
     extra = dict(store=store, chat_id=chat_id, lexical=lexical, index=hnsw, qvec=topic_vec, rrf_k=RRF_K)
     timed = await time_ranking(plan, weight=tuning.TIME_WEIGHT, **extra)
     rankings += [timed] if timed else []

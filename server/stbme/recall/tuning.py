@@ -23,6 +23,14 @@ DAYS_TOLD_AFTER = 2          # ... and for a calendar date, those said in the ne
                              #     (a night out is told the next day, or past midnight: "Had a great night ...")
 LATEST_WEIGHT = 1.0          # for a question about now: the memories that say its subject changed, newest first
 GRAPH_WEIGHT = 0.5           # the memories of the less common names the first hits involve (multi-hop)
+# An input that names nobody and leans on the recent turns ("导演是谁呢？" after turns about 《模仿游戏》): the
+# memories said from each mention of the newest turn's known names to SUBJECT_AFTER messages later, ranked by the
+# input's own words, as one more list at this weight (recall/candidates.py, subject_members). Public sets'
+# tuned-on half, R@10 ZH reference / all: .184 / .194 off, .250 / .251 on, English the same (.512); SUBJECT_AFTER
+# 3 / 12: .240 / .244; weight 0.5 / 2: .222 / .250. The held-out half, checked once: .157 / .177 -> .186 / .201.
+# The generated set: .603 -> .598 (docs/evaluation.md, "The subject of the recent turns").
+SUBJECT_WEIGHT = 1.0
+SUBJECT_AFTER = 6
 NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share of its score
 # Which messages next to a hit count as its neighbours (recall/candidates.py, message_neighbours):
 #   exchange    a user's message and the reply to it (a user's next message starts another exchange)

@@ -22,6 +22,8 @@ test('a recalled memory says why in words, not as a score', () => {
     assert.deepEqual(recallReasons({ score_parts: { lexical: 0, vector: 0.9 } }), ['similar in meaning']);
     assert.deepEqual(recallReasons({ score_parts: { lexical: 0, time: 1, graph: 0.4 } }), ['the day you asked about', 'linked to another memory found']);
     assert.deepEqual(recallReasons({ score_parts: { lexical: 0, neighbour: 1 } }), ['next to a message found']);
+    assert.deepEqual(recallReasons({ score_parts: { lexical: 1.2, subject: 0.2 } }),
+        ['said while what you refer to was talked about', 'shares words with your message']);
 });
 
 test('/memory-status speaks of the chat, not of the internals', () => {
