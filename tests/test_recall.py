@@ -119,6 +119,7 @@ def test_heuristic_helpers():
     # A transliterated name is its interpunct-joined parts, without the words around it; a quoted title keeps its dot.
     assert candidate_names("导演是莫腾·泰杜姆，知道他吗？") == {"莫腾·泰杜姆"}
     assert candidate_names("《安娜·卡列尼娜》和《色·戒》都改编自小说，主演有凯拉·奈特莉。") == {"安娜·卡列尼娜", "色·戒", "凯拉·奈特莉"}
+    assert candidate_names("你知道大卫·芬奇吗？还有斯坦·李和阿米尔·汗。") == {"大卫·芬奇", "斯坦·李", "阿米尔·汗"}
     assert candidate_names("时间·地点都定了") == set()   # ordinary words joined by a dot are no name
     chunks = split_chunks("One sentence here. " * 200, 50)
     assert len(chunks) > 3 and all(count_tokens(c) <= 60 for c in chunks)
