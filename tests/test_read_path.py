@@ -817,21 +817,21 @@ async def test_an_input_that_names_nobody_finds_what_was_said_while_the_recent_t
     assert not any("subject" in m["score_parts"] for m in await _recalled(sidecar, "导演是谁呢？", recent))
 
 
-async def test_a_subject_is_a_name_as_written_not_a_word_that_once_began_a_sentence(sidecar):
+async def test_a_subject_is_a_name_as_written_not_the_same_word_in_lowercase(sidecar):
     chat = _quiet_chat(40)
     for i in (1, 9, 27, 33):   # a word the chat often says: the input's own words are no rarer than the recent turn's
         chat[i] = {"role": "assistant", "name": "Elena", "text": f"The captain of the harbour watch came by ({i})."}
     chat[3] = {"role": "assistant", "name": "Elena", "text": "Marlow sold me the compass at the pier."}
     chat[4] = {"role": "user", "name": "Alex", "text": "Marlow haggles for hours over a single coin."}
     chat[6] = {"role": "user", "name": "Alex", "text": "The captain of his ship was Edric Vane, a hard and quiet man."}
-    chat[13] = {"role": "assistant", "name": "Elena", "text": "Something moved in the water below the pier."}
-    chat[15] = {"role": "assistant", "name": "Elena", "text": "Something tugged at the nets all night."}
+    chat[13] = {"role": "assistant", "name": "Elena", "text": "I gave the letter to Rose below the pier."}
+    chat[15] = {"role": "assistant", "name": "Elena", "text": "The nets were mended by Rose all night."}
     chat[17] = {"role": "user", "name": "Alex", "text": "The captain of the ferry was Old Brannock."}
     await full_sync(sidecar, "c", chat)
     await settle(sidecar, "c")
     recent = [{"role": "assistant", "name": "Elena", "text": "I keep thinking of Marlow and his stall of odd trinkets."}]
     memories = await _recalled(sidecar, "Who was the captain, do you remember?", recent)
     assert "subject" in memories[_place(memories, 6)]["score_parts"]   # said right after Marlow was named
-    recent = [{"role": "assistant", "name": "Elena", "text": "I keep thinking something odd was in those trinkets."}]
+    recent = [{"role": "assistant", "name": "Elena", "text": "I keep thinking a rose was in those trinkets."}]
     memories = await _recalled(sidecar, "Who was the captain, do you remember?", recent)
-    assert not any("subject" in m["score_parts"] for m in memories)   # "something" is no mention of "Something"
+    assert not any("subject" in m["score_parts"] for m in memories)   # "rose" is no mention of "Rose"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 
 import random
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import SILVER_KEY_CHAT, HashEmbedder, create_node, full_sync, recall, settle, wait_for
 from stbme.api.keys import services_key
 from stbme.graph.model import Node
-from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks
+from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks, words_starting_sentences
 from stbme.index.lexical import SAVE_VERSION, LexicalCache, LexicalIndex, tokenize
 from stbme.language import detect_language
 from stbme.recall.render import render_block
@@ -121,8 +122,30 @@ def test_heuristic_helpers():
     assert candidate_names("《安娜·卡列尼娜》和《色·戒》都改编自小说，主演有凯拉·奈特莉。") == {"安娜·卡列尼娜", "色·戒", "凯拉·奈特莉"}
     assert candidate_names("你知道大卫·芬奇吗？还有斯坦·李和阿米尔·汗。") == {"大卫·芬奇", "斯坦·李", "阿米尔·汗"}
     assert candidate_names("时间·地点都定了") == set()   # ordinary words joined by a dot are no name
+    # A titled name is no pronoun, particle or place word with a title after it, nor the start of another word.
+    assert candidate_names("张先生去了灰石城，我见到了李小姐。") == {"张先生", "灰石城", "李小姐"}
+    assert candidate_names("这家公司是有限公司，我回公司时林晚在城隍庙等，家在北京市东城区，移动城堡。") == set()
+    # A capital that only starts sentences may be a word; only a common word is suspected, and Mr. ends no sentence.
+    text = 'Something stirs. "Tell me," Mr. Vane said. *Wow.* Marlow left. Alice came, and Elena met Alice.'
+    assert {"Something", "Tell", "Wow", "Vane", "Marlow", "Alice", "Elena"} <= candidate_names(text)
+    assert words_starting_sentences(text) == {"Something", "Tell", "Wow"}
     chunks = split_chunks("One sentence here. " * 200, 50)
     assert len(chunks) > 3 and all(count_tokens(c) <= 60 for c in chunks)
+
+
+async def test_a_word_that_starts_sentences_is_no_anchor_and_a_name_that_does_is_one(sidecar):
+    lines = ['"Something is wrong with the lamps," Marlow said.', "Marlow lit them again. Something moved outside.",
+             "Wow. Marlow and Alice trimmed the wicks.", "Wow, the harbour is dark tonight.",
+             "Alice found the oil. Something smelled of smoke.", "Alice waited by the door."]
+    chat = [{"role": ("user", "assistant")[i % 2], "name": ("Alex", "Elena")[i % 2], "text": t}
+            for i, t in enumerate(lines)]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    anchors = await sidecar.store.read(lambda conn: {json.loads(f)["name"] for (f,) in conn.execute(
+        "SELECT fields FROM nodes WHERE chat_id = 'c' AND type = 'entity'")})
+    # Marlow is no common word; Alice is, but is named mid-sentence once ("Marlow and Alice"); the rest only
+    # begin sentences.
+    assert anchors == {"Marlow", "Alice"}
 
 
 async def _chat(sidecar, facts: dict[int, str], n=20):

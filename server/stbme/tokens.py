@@ -22,6 +22,13 @@ def count_tokens(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
+def is_common_word(word: str) -> bool:
+    """Is the lowercase word, after a space, one cl100k token? Byte-pair merges are learned by frequency, so
+    " something", " wow" and " definitely" are one token and " marlow" or " emilia" are not (" alice" and
+    " john" are too: a name that is also a common string)."""
+    return len(_encoding().encode(" " + word.lower(), disallowed_special=())) == 1
+
+
 # Recall counts the same memory texts and sentences again and again; short ones are remembered.
 _CACHED_CHARS = 2000
 

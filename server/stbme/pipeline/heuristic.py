@@ -15,7 +15,7 @@ from typing import Callable
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, node_text, stable_id
 from ..graph.schema import Strength
-from ..tokens import count_tokens
+from ..tokens import count_tokens, is_common_word
 from ..index.lexical import STOPWORDS
 from .batch import BaseStage
 from .sync import Message
@@ -36,12 +36,22 @@ _SOUNDS = ("阿埃艾爱安昂奥澳巴拜班邦包保鲍贝本比彼毕宾滨�
            "提汀廷通图托瓦娃万旺威韦维温文沃乌伍武西希锡夏谢欣辛休修徐雅亚扬杨耶叶伊依因英尤约泽扎詹哲珍朱卓兹佐"
            "腾列歌丝芙薇琪茜赞迦斐罕娅妲蔻缇裴席芭葛歇治雯白堡得钱夫迭蓉当卫平柏秋邓汗钟李儿大")
 _CJK_DOTTED = re.compile(rf"[{_SOUNDS}]{{1,6}}(?:[·・•][{_SOUNDS}]{{1,8}}){{1,3}}")
-_CJK_TITLED = re.compile(r"[\u4e00-\u9fff]{1,2}(?:先生|小姐|女士|夫人|大人|殿下|陛下|老师|队长|王国|帝国|城|村|镇|学院|公司|小队|军团|森林|神殿)")
+# A title or a place word after one or two characters of a name ("张先生", "灰石城"). The name's characters are no
+# pronoun, particle, verb of going or place word, and it does not begin after a demonstrative, so "这家公司",
+# "有限公司", "我回公司", "林晚在城隍庙" and "北京市东城区" give no name; 城 is no suffix where it begins another word
+# (城堡, 城楼, 城区, 城隍, 城墙).
+_NOT_IN_TITLED = "这那哪每各某你我他她它们的地得了着过是在有和与及或从到去回来向往把被给对将就都也又还很太最更个之全些市省县区"
+_CJK_TITLED = re.compile(rf"(?<![这那哪每某各有])(?:(?![{_NOT_IN_TITLED}])[\u4e00-\u9fff]){{1,2}}"
+                         r"(?:先生|小姐|女士|夫人|大人|殿下|陛下|老师|队长|王国|帝国|城(?![堡楼区隍墙])|村|镇|学院|公司|小队|军团|森林|神殿)")
+# Where a sentence starts: the text's or a line's start, or after an end mark or a colon, past the quotes, asterisks
+# and dashes roleplay wraps speech and action in. A capital there says nothing about a name ("Something stirs.").
+_SENTENCE_START = re.compile(r"(?:^|(?<=[.!?。！？…:]))[\s\"'“”‘’*_(\[~\-–—]*", re.M)
+_TITLE_BEFORE = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Mt|Prof|Capt|Sgt|Lt|Col|Gen|Sr|Jr)\.$")
 # Capitalised words that start sentences or address people, not names.
 _NOT_NAMES = frozenset("""
 i im ive id ill hey hi hello okay ok yes no oh ah well so then now maybe please thanks thank sorry wait
 what why how who when where which whose whatever though although because after before while until
-still just even also only never always sometimes perhaps really very quite mr mrs ms miss sir madam lady lord
+still just even also only never always sometimes perhaps really very quite mr mrs ms dr miss sir madam lady lord
 monday tuesday wednesday thursday friday saturday sunday january february march april may june july august
 september october november december god ooc let lets good great nice fine sure right left first last next
 """.split()) | STOPWORDS
@@ -106,11 +116,12 @@ def split_chunks(text: str, max_tokens: int) -> list[str]:
     return chunks
 
 
-def candidate_names(text: str) -> set[str]:
-    """Words that look like names: capitalised Latin words used as such, quoted or titled CJK terms, and
-    transliterated names joined by an interpunct (outside quotes, where the quoted name is taken whole)."""
-    names = set()
+def _latin_names(text: str) -> dict[str, bool]:
+    """Capitalised Latin words used as names, each with whether it is seen anywhere but at a sentence's start."""
+    starts = {m.end() for m in _SENTENCE_START.finditer(text) 
+              if not _TITLE_BEFORE.search(text, max(0, m.start() - 6), m.start())}
     lowered_words = set(re.findall(r"\b[a-z][a-z'\-]*\b", text))
+    names: dict[str, bool] = {}
     for match in _LATIN_NAME.finditer(text):
         word = match.group(0).strip("'-")
         if _NEGATION.search(word):   # Don't, Isn't, Won't
@@ -119,11 +130,25 @@ def candidate_names(text: str) -> set[str]:
         word = clitic.group(1) if clitic else word
         if len(word) < 2 or word.lower() in _NOT_NAMES or word.lower() in lowered_words:
             continue
-        names.add(word)
+        names[word] = names.get(word, False) or match.start() not in starts
+    return names
+
+
+def candidate_names(text: str) -> set[str]:
+    """Words that look like names: capitalised Latin words used as such, quoted or titled CJK terms, and
+    transliterated names joined by an interpunct (outside quotes, where the quoted name is taken whole)."""
+    names = set(_latin_names(text))
     names.update(m.group(1) for m in _CJK_QUOTED.finditer(text))
     names.update(m.group(0) for m in _CJK_TITLED.finditer(text))
     names.update(m.group(0) for m in _CJK_DOTTED.finditer(_CJK_QUOTED.sub(" ", text)))
     return names
+
+
+def words_starting_sentences(text: str) -> set[str]:
+    """The Latin candidate names that may be ordinary words: capitalised only where a sentence starts, and
+    common in lowercase ("Wow", "Something", "Definitely"; "Elena" and "Marlow" are not common words).
+    Such a mention alone does not make a name an anchor."""
+    return {name for name, elsewhere in _latin_names(text).items() if not elsewhere and is_common_word(name)}
 
 
 def _name_key(name: str) -> str:
@@ -177,27 +202,29 @@ class _Graph:
             "SELECT id FROM nodes WHERE chat_id = ? AND type = 'event' AND source = 'heuristic' AND seq_from IN"
             f" ({','.join('?' * len(indexes))}) ORDER BY rowid", (self.cs.chat_id, *indexes))]
 
-    def mention(self, key: str, index: int) -> None:
-        self.conn.execute("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx) VALUES (?,?,?)",
-                          (self.cs.chat_id, key, index))
+    def mention(self, key: str, index: int, maybe_word: bool) -> None:
+        self.conn.execute("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx, maybe_word) VALUES (?,?,?,?)",
+                          (self.cs.chat_id, key, index, maybe_word))
 
-    def mentions_of(self, key: str) -> list[int]:
-        """The messages that mention a name (read only for names not yet anchors: an anchor's list grows
-        with the chat, and reading it at every mention made a long ingest quadratic)."""
-        return [r[0] for r in self.conn.execute(
-            "SELECT idx FROM mentions WHERE chat_id = ? AND name_key = ? ORDER BY idx", (self.cs.chat_id, key))]
+    def mentions_of(self, key: str) -> list[tuple[int, bool]]:
+        """The messages that mention a name, each with whether the mention may be a word (read only for
+        names not yet anchors: an anchor's list grows with the chat, and reading it at every mention made
+        a long ingest quadratic)."""
+        return [(r[0], bool(r[1])) for r in self.conn.execute(
+            "SELECT idx, maybe_word FROM mentions WHERE chat_id = ? AND name_key = ? ORDER BY idx",
+            (self.cs.chat_id, key))]
 
 
-def _speaker_text_names(msg: Message) -> tuple[str, str, list[str]] | None:
-    """A message's speaker, cleaned text and the other names it mentions; None for what is not remembered
-    (system and hidden messages, empty text)."""
+def _speaker_text_names(msg: Message) -> tuple[str, str, list[str], set[str]] | None:
+    """A message's speaker, cleaned text, the other names it mentions and those of them that may be words;
+    None for what is not remembered (system and hidden messages, empty text)."""
     if msg.role == "system":
         return None
     text = clean_text(msg.text)
     if not text:
         return None
     speaker = msg.name.strip() or ("User" if msg.role == "user" else "Narrator")
-    return speaker, text, sorted(candidate_names(text) - {speaker})
+    return speaker, text, sorted(candidate_names(text) - {speaker}), words_starting_sentences(text)
 
 
 def _event_fields(speaker: str, chunk: str, participants: list[str]) -> dict:
@@ -213,7 +240,7 @@ def event_texts(messages: list[Message], *, chunk_tokens: int) -> list[str]:
     for msg in messages:
         parts = _speaker_text_names(msg)
         if parts is not None:
-            speaker, text, _ = parts
+            speaker, text, _, _ = parts
             texts += [node_text(_event_fields(speaker, chunk, [])) for chunk in split_chunks(text, chunk_tokens)]
     return texts
 
@@ -225,8 +252,8 @@ def record_mentions(conn: sqlite3.Connection, chat_id: str, messages: list[Messa
     for msg in messages:
         parts = _speaker_text_names(msg)
         if parts is not None:
-            rows += [(chat_id, _name_key(name), msg.index) for name in parts[2]]
-    conn.executemany("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx) VALUES (?,?,?)", rows)
+            rows += [(chat_id, _name_key(name), msg.index, name in parts[3]) for name in parts[2]]
+    conn.executemany("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx, maybe_word) VALUES (?,?,?,?)", rows)
 
 
 def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: int,
@@ -241,7 +268,7 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
             continue
         if range_of is not None:
             cs.msg_range = range_of(msg.index)
-        speaker, text, mentioned = parts
+        speaker, text, mentioned, maybe_words = parts
         speaker_id = graph.named_node(speaker, "character")
         previous = graph.last_event_before(msg.index)
         folded = text.casefold()
@@ -267,14 +294,16 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
                 cs.add_edge(graph.named[key], event_id, "involved_in", Strength.MENTION)
         for name in mentioned:
             key = _name_key(name)
-            graph.mention(key, msg.index)
+            graph.mention(key, msg.index, name in maybe_words)
             if key in linked:
                 continue
             if key in graph.named:
                 targets = events
-            elif len(indexes := graph.mentions_of(key)) >= 2:  # a name that recurs becomes an anchor,
-                graph.named_node(name, "entity")                # linked to every mention
-                targets = graph.events_of_messages(indexes)
+            elif len(seen := graph.mentions_of(key)) >= 2 and not all(word for _, word in seen):
+                # A name that recurs becomes an anchor, linked to every mention; not one that has only
+                # started sentences and is a common word ("Wow", "Something").
+                graph.named_node(name, "entity")
+                targets = graph.events_of_messages([index for index, _ in seen])
             else:
                 continue
             for event_id in targets:

@@ -442,6 +442,14 @@ def m017_ranking_index(conn: sqlite3.Connection) -> None:
                  " (id, chat_id, archived, type, importance, weight, seq_from, seq_to, pinned, source)")
 
 
+@migration
+def m018_mentions_that_may_be_words(conn: sqlite3.Connection) -> None:
+    """A mention whose name only starts sentences and is a common word in lowercase ("Wow", "Something") is
+    marked: such mentions alone do not make a name an anchor (pipeline/heuristic.py). Earlier mentions count
+    as before."""
+    conn.execute("ALTER TABLE mentions ADD COLUMN maybe_word INTEGER NOT NULL DEFAULT 0")
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(
