@@ -118,7 +118,7 @@ def split_chunks(text: str, max_tokens: int) -> list[str]:
 
 def _latin_names(text: str) -> dict[str, bool]:
     """Capitalised Latin words used as names, each with whether it is seen anywhere but at a sentence's start."""
-    starts = {m.end() for m in _SENTENCE_START.finditer(text) 
+    starts = {m.end() for m in _SENTENCE_START.finditer(text)
               if not _TITLE_BEFORE.search(text, max(0, m.start() - 6), m.start())}
     lowered_words = set(re.findall(r"\b[a-z][a-z'\-]*\b", text))
     names: dict[str, bool] = {}
@@ -215,16 +215,16 @@ class _Graph:
             (self.cs.chat_id, key))]
 
 
-def _speaker_text_names(msg: Message) -> tuple[str, str, list[str], set[str]] | None:
-    """A message's speaker, cleaned text, the other names it mentions and those of them that may be words;
-    None for what is not remembered (system and hidden messages, empty text)."""
+def _speaker_text_names(msg: Message) -> tuple[str, str, list[str]] | None:
+    """A message's speaker, cleaned text and the other names it mentions; None for what is not remembered
+    (system and hidden messages, empty text)."""
     if msg.role == "system":
         return None
     text = clean_text(msg.text)
     if not text:
         return None
     speaker = msg.name.strip() or ("User" if msg.role == "user" else "Narrator")
-    return speaker, text, sorted(candidate_names(text) - {speaker}), words_starting_sentences(text)
+    return speaker, text, sorted(candidate_names(text) - {speaker})
 
 
 def _event_fields(speaker: str, chunk: str, participants: list[str]) -> dict:
@@ -240,7 +240,7 @@ def event_texts(messages: list[Message], *, chunk_tokens: int) -> list[str]:
     for msg in messages:
         parts = _speaker_text_names(msg)
         if parts is not None:
-            speaker, text, _, _ = parts
+            speaker, text, _ = parts
             texts += [node_text(_event_fields(speaker, chunk, [])) for chunk in split_chunks(text, chunk_tokens)]
     return texts
 
@@ -252,7 +252,8 @@ def record_mentions(conn: sqlite3.Connection, chat_id: str, messages: list[Messa
     for msg in messages:
         parts = _speaker_text_names(msg)
         if parts is not None:
-            rows += [(chat_id, _name_key(name), msg.index, name in parts[3]) for name in parts[2]]
+            maybe_words = words_starting_sentences(parts[1])
+            rows += [(chat_id, _name_key(name), msg.index, name in maybe_words) for name in parts[2]]
     conn.executemany("INSERT OR IGNORE INTO mentions (chat_id, name_key, idx, maybe_word) VALUES (?,?,?,?)", rows)
 
 
@@ -268,7 +269,8 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
             continue
         if range_of is not None:
             cs.msg_range = range_of(msg.index)
-        speaker, text, mentioned, maybe_words = parts
+        speaker, text, mentioned = parts
+        maybe_words = words_starting_sentences(text)
         speaker_id = graph.named_node(speaker, "character")
         previous = graph.last_event_before(msg.index)
         folded = text.casefold()
