@@ -134,7 +134,7 @@ def test_heuristic_helpers():
 
 
 async def test_a_word_that_starts_sentences_is_no_anchor_and_a_name_that_does_is_one(sidecar):
-    lines = ['"Something is wrong with the lamps," Marlow said.', "Marlow lit them again. Something moved outside.",
+    lines = ['"Something is wrong with the lamps." Marlow sighed.', "Marlow lit them again. Something moved outside.",
              "Wow. Marlow and Alice trimmed the wicks.", "Wow, the harbour is dark tonight.",
              "Alice found the oil. Something smelled of smoke.", "Alice waited by the door."]
     chat = [{"role": ("user", "assistant")[i % 2], "name": ("Alex", "Elena")[i % 2], "text": t}
@@ -143,8 +143,8 @@ async def test_a_word_that_starts_sentences_is_no_anchor_and_a_name_that_does_is
     await settle(sidecar, "c")
     anchors = await sidecar.store.read(lambda conn: {json.loads(f)["name"] for (f,) in conn.execute(
         "SELECT fields FROM nodes WHERE chat_id = 'c' AND type = 'entity'")})
-    # Marlow is no common word; Alice is, but is named mid-sentence once ("Marlow and Alice"); the rest only
-    # begin sentences.
+    # Marlow only begins sentences too, but is no common word; Alice is one, but is named mid-sentence once
+    # ("Marlow and Alice"); Something and Wow are common words that only begin sentences.
     assert anchors == {"Marlow", "Alice"}
 
 

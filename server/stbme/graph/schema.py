@@ -22,6 +22,8 @@ class NodeType:
 
 
 T = NodeType
+# The types a name makes: the anchors that memories are linked to by who and what they involve.
+NAMED_TYPES = ("character", "location", "entity")
 NODE_TYPES: dict[str, NodeType] = {t.name: t for t in (
     T("event", ("title", "summary", "participants", "status", "speaker"), ("summary",), ("title", "summary"),
       section="episodic", compression=(9, 3, 10, 6)),

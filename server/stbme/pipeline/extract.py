@@ -26,7 +26,7 @@ import re
 
 from ..graph.changes import ChangeSet
 from ..graph.model import field_text, node_from_row
-from ..graph.schema import NODE_TYPES, RELATIONS
+from ..graph.schema import NAMED_TYPES, NODE_TYPES, RELATIONS
 from ..llm.answer_schemas import extract_schema
 from ..llm.prompts import EVOLVE_WITH_EXTRACTION
 from ..patterns import matches, split_patterns
@@ -36,7 +36,7 @@ from ..tokens import truncate_to_tokens
 from .batch import MAX_BATCH_MESSAGES, BatchContext, batch_end
 from .evolve import EvolutionCounts
 from .heuristic import mentions_name, remove_tag_blocks
-from .operations import CREATABLE, MAX_OPS, NAMED_TYPES, OpApplier, parse_operations
+from .operations import CREATABLE, MAX_OPS, OpApplier, parse_operations
 from .prompting import KeyMap, LLMStage, chat_language, memory_line
 from .sync import Message, load_messages
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, node_text, stable_id
-from ..graph.schema import Strength
+from ..graph.schema import NAMED_TYPES, Strength
 from ..tokens import count_tokens, is_common_word
 from ..index.lexical import STOPWORDS
 from .batch import BaseStage
@@ -55,7 +55,6 @@ still just even also only never always sometimes perhaps really very quite mr mr
 monday tuesday wednesday thursday friday saturday sunday january february march april may june july august
 september october november december god ooc let lets good great nice fine sure right left first last next
 """.split()) | STOPWORDS
-_ENTITY_TYPES = ("character", "entity", "location")
 # English contractions and the possessive: "I'm", "It's" and "We'll" are no names, "Dorian's" is Dorian
 # (the real-model run's heuristic layer showed the LLM entities named "I'm" and "It's", issue 20 item 9).
 _NEGATION = re.compile(r"n't$", re.I)
@@ -174,7 +173,7 @@ class _Graph:
         self.named: dict[str, str] = {}
         for row in self.conn.execute(
                 "SELECT id, fields FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
-                f" ({','.join('?' * len(_ENTITY_TYPES))}) ORDER BY rowid", (cs.chat_id, *_ENTITY_TYPES)):
+                f" ({','.join('?' * len(NAMED_TYPES))}) ORDER BY rowid", (cs.chat_id, *NAMED_TYPES)):
             node = cs.get_node(row["id"])
             name = str(node.fields.get("name") or "").strip()
             if name:

@@ -14,14 +14,13 @@ import orjson
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, field_text, new_id, node_from_row
-from ..graph.schema import NODE_TYPES, RELATIONS, Strength
+from ..graph.schema import NAMED_TYPES, NODE_TYPES, RELATIONS, Strength
 from ..store.events import record_event
 from .batch import BatchContext
 from .evolve import EvolutionCounts, add_counts, apply_evolution
 from .prompting import KeyMap, as_list, clean_fields, norm_key
 
 CREATABLE = ("event", "character", "location", "rule", "thread")
-NAMED_TYPES = ("character", "location", "entity")
 MAX_OPS = 24
 # What a small model held to the answer schema writes when it has nothing to say: keys ("M1, M2"),
 # brackets, "...", or the prompt's own message lines (SmolLM2-135M, issue 20 item 9). Such a text is no memory.

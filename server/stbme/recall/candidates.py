@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from ..graph.attribution import without_vocatives
+from ..graph.schema import NAMED_TYPES
 from ..index import ChatIndex, LexicalIndex
 from ..pipeline.heuristic import candidate_names, mentions_name
 from ..store import Store
@@ -36,6 +37,7 @@ HUB_SHARE = 0.1             # nor one in more than this share of a short chat's 
 HUB_FLOOR = 8
 EXPANDED_PER_NAME = 40
 SUBJECT_NAMES = 2           # the recent turns' subjects followed (a turn's longest names first)
+_NAMED_MARKS = ",".join("?" * len(NAMED_TYPES))
 
 
 @dataclasses.dataclass
@@ -174,7 +176,7 @@ def _names_of(conn, chat_id: str, seeds: list[str]) -> dict[str, int]:
     anchors = [r[0] for r in conn.execute(
         f"SELECT DISTINCT e.from_id FROM edges e {BY_TARGET} JOIN nodes n ON n.id = e.from_id WHERE e.chat_id = ? AND"
         f" e.to_id IN ({marks}) AND e.relation = 'involved_in' AND e.invalid_at IS NULL"
-        " AND n.type IN ('character', 'entity', 'location')", (chat_id, *seeds))]
+        f" AND n.type IN ({_NAMED_MARKS})", (chat_id, *seeds, *NAMED_TYPES))]
     return {anchor: _degree(conn, chat_id, anchor) for anchor in anchors}
 
 
@@ -220,13 +222,13 @@ def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int
     said = said.casefold()
     anchors = sorted(((str(orjson.loads(fields).get("name") or ""), node_id) for node_id, fields in
                       conn.execute("SELECT id, fields FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
-                                   " ('character', 'entity', 'location')", (chat_id,))),
+                                   f" ({_NAMED_MARKS})", (chat_id, *NAMED_TYPES))),
                      key=lambda a: (-len(a[0]), a))   # the longest first: "安娜·卡列尼娜" before "安娜"
     if any(mentions_name(name.casefold(), said) for name, _ in anchors):
         return []
     hub, subjects = _hub(conn, chat_id), []
     for turn in recent:
-        # As written: "something" in a turn is no mention of a "Something" that began a sentence once.
+        # As written: "a rose" in a turn is no mention of "Rose".
         subjects = [a for name, a in anchors if mentions_name(name, turn)
                     and _degree(conn, chat_id, a) <= hub][:SUBJECT_NAMES]
         if subjects:
