@@ -62,6 +62,48 @@ def test_a_name_the_text_is_about_stays():
     assert without_vocatives("Thanks, God!") == "Thanks, God!"
 
 
+def test_a_chinese_name_only_addressed_is_left_out():
+    assert without_vocatives("谢谢你，艾琳！今天真开心。") == "谢谢你！今天真开心。"
+    assert without_vocatives("嗯，谢谢你，林晚！") == "嗯，谢谢你！"
+    assert without_vocatives("晚安，小雪。") == "晚安。"
+    assert without_vocatives("你好啊，小雪～") == "你好啊～"
+    assert without_vocatives("再见，艾琳，明天见！") == "再见，明天见！"
+    assert without_vocatives("谢谢你，凯莉·华！") == "谢谢你！"
+    assert without_vocatives("张先生，请坐。") == "请坐。"
+    assert without_vocatives("请坐，张先生。") == "请坐。"
+    assert without_vocatives("“王队长，我们到了。”他说。") == "“我们到了。”他说。"
+    assert without_vocatives("Thanks, Irene! 谢谢你，艾琳！") == "Thanks! 谢谢你！"
+
+
+def test_a_chinese_text_that_addresses_nobody_stays():
+    for text in ("你好，我是李华。", "抱歉，不知道。", "你好，请问你是？", "我说了再见，然后走了。",
+                 "艾琳，你来了？",            # a bare name at a sentence's start may be its topic
+                 "灰石城，位于北方。", "我和张先生一起去了灰石城。", "今天，我们去了市场。"):
+        assert without_vocatives(text) == text
+    assert without_vocatives("谢谢你，艾琳！", speaker="艾琳") == "谢谢你，艾琳！"   # her own name
+
+
+def test_the_chinese_quick_check_lets_every_vocative_through():
+    """As the Latin quick check above: what it turns away has no vocative the full pattern finds."""
+    import sys
+    from pathlib import Path
+
+    from stbme.graph.attribution import _CJK_VOCATIVE, _MAY_HAVE_CJK_VOCATIVE
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from _roleplay_data import RoleplayChat
+
+    chat = RoleplayChat()
+    examples = ["谢谢你，艾琳！", "晚安，小雪。", "张先生，请坐。", "请坐，张先生。", "你好啊，小雪～", "谢谢你，凯莉·华！",
+                "“王队长，我们到了。”", "恭喜你，阿明！", "辛苦了，李老师。"]
+    texts = [chat.message(i).text for i in range(600)]
+    texts += [e[:cut] for e in examples for cut in range(1, len(e) + 1)]
+    turned_away = [t for t in texts if not _MAY_HAVE_CJK_VOCATIVE.search(t)]
+    assert len(turned_away) > len(texts) / 2
+    assert [t for t in turned_away if _CJK_VOCATIVE.search(t)] == []
+    assert all(_CJK_VOCATIVE.search(e) for e in examples)
+
+
 def test_a_message_memory_is_indexed_by_its_speaker_and_not_the_names_it_addresses():
     fields = {"summary": "Thanks, Irene! Have a great one!", "speaker": "Tom", "participants": ["Tom", "Irene"]}
     assert node_text(fields) == "Tom: Thanks! Have a great one!"
@@ -71,6 +113,13 @@ def test_a_message_memory_is_indexed_by_its_speaker_and_not_the_names_it_address
                                      "participants": ["Irene"]}))
     # "Irene" finds what Irene said about herself, not the message that only thanks her.
     assert [n for n, _ in index.search("What did Irene start?", 5)] == ["about"]
+
+
+def test_a_chinese_message_memory_is_not_found_by_the_name_it_only_addresses():
+    index = LexicalIndex()
+    index.upsert("thanks", node_text({"summary": "谢谢你，艾琳！祝你玩得开心！", "speaker": "林晚"}))
+    index.upsert("about", node_text({"summary": "我开始学陶艺了。", "speaker": "艾琳"}))
+    assert [n for n, _ in index.search("艾琳开始学什么了？", 5)] == ["about"]
 
 
 def test_a_memory_without_a_speaker_reads_as_before():
@@ -111,3 +160,18 @@ def test_migration_m016_sends_memories_with_a_name_pair_back_to_be_embedded():
     dict(MIGRATIONS)["m016_name_pairs_are_not_addressed"](conn)
     embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
     assert embedders == {"pair": None, "plain": "local", "no speaker": "local"}
+
+
+def test_migration_m019_sends_memories_that_may_address_someone_in_chinese_back_to_be_embedded():
+    conn = _migrated_before("m019_chinese_vocatives")
+    rows = [("greets", {"summary": "谢谢你，艾琳！", "speaker": "林晚"}),
+            ("titled", {"summary": "请坐，张先生。", "speaker": "林晚"}),
+            ("plain", {"summary": "我们明天去灰石城。", "speaker": "林晚"}),
+            ("no comma", {"summary": "谢谢你艾琳", "speaker": "林晚"}),
+            ("no speaker", {"summary": "谢谢你，艾琳！"})]
+    for node_id, fields in rows:
+        conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
+                     " VALUES (?, 'c', 'event', ?, x'00', 'local', 0, 0)", (node_id, orjson.dumps(fields).decode()))
+    dict(MIGRATIONS)["m019_chinese_vocatives"](conn)
+    embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
+    assert embedders == {"greets": None, "titled": None, "plain": "local", "no comma": "local", "no speaker": "local"}

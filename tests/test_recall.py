@@ -122,6 +122,7 @@ def test_heuristic_helpers():
     assert candidate_names("《安娜·卡列尼娜》和《色·戒》都改编自小说，主演有凯拉·奈特莉。") == {"安娜·卡列尼娜", "色·戒", "凯拉·奈特莉"}
     assert candidate_names("你知道大卫·芬奇吗？还有斯坦·李和阿米尔·汗。") == {"大卫·芬奇", "斯坦·李", "阿米尔·汗"}
     assert candidate_names("时间·地点都定了") == set()   # ordinary words joined by a dot are no name
+    assert candidate_names("我觉得凯莉·华演得好，彼得·潘也是。") == {"凯莉·华", "彼得·潘"}   # 得 ends names, begins none
     # A titled name is no pronoun, particle or place word with a title after it, nor the start of another word.
     assert candidate_names("张先生去了灰石城，我见到了李小姐。") == {"张先生", "灰石城", "李小姐"}
     assert candidate_names("这家公司是有限公司，我回公司时林晚在城隍庙等，家在北京市东城区，移动城堡。") == set()

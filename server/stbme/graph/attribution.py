@@ -4,14 +4,16 @@
 take up?"): as "Mel: I took up pottery last spring" the first person reads as Mel, for the keyword index
 and the embedding model alike (the bundled model alone finds twice the evidence with the speaker in front,
 docs/evaluation.md). A name the speaker only addresses ("Thanks, Irene! Have a great one!", "Hey Tom,",
-"Wow, Tom! Keep it up!") does not make the message about that person: such a vocative is left out of the
-searched text. The memory itself, and its line in the block, keep the words as said.
+"Wow, Tom! Keep it up!", "谢谢你，艾琳！", "请坐，张先生。") does not make the message about that person: such a
+vocative is left out of the searched text. The memory itself, and its line in the block, keep the words as said.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+
+from .cjk_names import DOTTED_NAME, NOT_IN_NAMES, PERSON_TITLES, TITLED_PERSON
 
 _WORD = r"[A-Z][a-zA-Z'\-]*[a-z]"   # a capitalised word of two letters or more
 _NAME = rf"{_WORD}(?:\s{_WORD})?"
@@ -35,8 +37,29 @@ _IS_GREETING = re.compile(rf"(?i){_GREETING}")
 _MAY_HAVE_VOCATIVE = re.compile(r"[A-Z][a-zA-Z'\-]*[a-z]\s*(?:[,!?.…~:;)]|$)")
 
 
+# Chinese has no capitals to tell a name by, so only shapes that say "address": a greeting and a short name after
+# its comma ("谢谢你，艾琳！", "晚安，小雪。"), and a titled person's name between a comma and a sentence's edge
+# ("张先生，请坐。", "请坐，张先生。"). A bare name at a sentence's edge ("艾琳，你来了") may as well be the topic.
+_CJK_GREETING = ("谢谢你?|谢了|多谢|你好|您好|嗨|哈喽|嘿|喂|早安|早上好|午安|晚安|晚上好|再见|拜拜|回头见|对不起|抱歉|"
+                 "恭喜你?|欢迎你?|辛苦了|亲爱的")
+# A short name holds no pronoun or particle, nor a negation, a question or a modal word ("抱歉，不知道。",
+# "你好，请问……").
+_NOT_IN_SHORT_NAMES = NOT_IN_NAMES + "不没别无非请问吗呢吧啊呀哦嗯好真多少知道想要会能可以"
+_CJK_SHORT_NAME = rf"(?:(?![{_NOT_IN_SHORT_NAMES}])[\u4e00-\u9fff]){{1,4}}"
+_CJK_NAME = rf"{DOTTED_NAME.pattern}|{TITLED_PERSON}"
+_CJK_VOCATIVE = re.compile(
+    rf"(?:^|(?<=[。！？!?…，,\s“\"「『*]))(?:{_CJK_GREETING})[啊呀呢吧哦]?[，,]\s*"
+    rf"(?P<a>{_CJK_NAME}|{_CJK_SHORT_NAME})(?=\s*(?:[！!。？?~～…，,”\"」』*]|$))"
+    rf"|(?:^|(?<=[。！？!?…\n]))(?P<b>[\s“\"「『*]*(?:{TITLED_PERSON}))(?=[，,])"
+    rf"|[，,]\s*(?P<c>{TITLED_PERSON})(?=\s*(?:[！!。？?~～…”\"」』*]|$))")
+# Each vocative above has a greeting or a person's title: most Chinese messages have neither.
+_MAY_HAVE_CJK_VOCATIVE = re.compile(rf"{_CJK_GREETING}|{PERSON_TITLES}")
+
+
 def without_vocatives(text: str, speaker: str = "") -> str:
     """`text` without the names it only addresses; a name the speaker goes by is never such a name."""
+    if _MAY_HAVE_CJK_VOCATIVE.search(text):
+        text = _without_cjk_vocatives(text, speaker)
     if not _MAY_HAVE_VOCATIVE.search(text):
         return text.strip()
     dropped = False
@@ -59,6 +82,24 @@ def without_vocatives(text: str, speaker: str = "") -> str:
     text = re.sub(r"(?:^|(?<=[.!?…]\s)),\s*|\s*,\s*(?=[!?.…,~]|$)", "", text)   # the comma the name left
     text = re.sub(r"\s+(?=[,!?.…])", "", text)
     return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+def _without_cjk_vocatives(text: str, speaker: str) -> str:
+    def drop(match: re.Match) -> str:
+        group = next(g for g in "abc" if match.group(g) is not None)
+        name = match.group(group).lstrip(" \t“\"「『*")
+        if speaker and name == speaker.strip():
+            return match.group(0)
+        start, end = match.end(group) - len(name), match.end(group)
+        whole = match.group(0)
+        return whole[:start - match.start()] + whole[end - match.start():]
+
+    dropped = _CJK_VOCATIVE.sub(drop, text)
+    if dropped == text:
+        return text
+    # the comma the name left: "谢谢你，！" -> "谢谢你！", "，请坐" at a sentence's start -> "请坐"
+    dropped = re.sub(r"[，,]\s*(?=[！!。？?~～…，,”\"」』*]|$)", "", dropped)
+    return re.sub(r"(?:^|(?<=[。！？!?…\n]))([\s“\"「『*]*)[，,]\s*", r"\1", dropped)
 
 
 _ENDS_WITH_NAME = re.compile(rf"(?<=[^\s.!?…] ){_WORD}$")   # a capitalised word that does not start a sentence

@@ -329,8 +329,8 @@ def legacy_file(path: Path) -> Path:
 
 
 # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings; 4: a name paired
-# with another across a comma is kept (m016)
-SAVE_VERSION = 4
+# with another across a comma is kept (m016); 5: Chinese vocatives are left out (m019)
+SAVE_VERSION = 5
 
 
 def _doc_text(row) -> str:

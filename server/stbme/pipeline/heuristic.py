@@ -13,6 +13,7 @@ import sqlite3
 from typing import Callable
 
 from ..graph.changes import ChangeSet
+from ..graph.cjk_names import DOTTED_NAME, TITLED_NAME
 from ..graph.model import Node, node_text, stable_id
 from ..graph.schema import NAMED_TYPES, Strength
 from ..tokens import count_tokens, is_common_word
@@ -26,23 +27,6 @@ _SENTENCE = re.compile(r"(?<=[.!?。！？…])\s*|\n+")
 _LATIN_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]*[a-z][a-zA-Z'\-]*\b")
 _CJK_QUOTED = re.compile(r"[「『《【“]([\u4e00-\u9fff\u3040-\u30ff]{2,8}"
                          r"|[\u4e00-\u9fff]{1,8}(?:[·・•][\u4e00-\u9fff]{1,8}){1,3})[」』》】”]")   # also 《色·戒》
-# A transliterated name: its parts joined by an interpunct ("莱昂纳多·迪卡普里奥", "汤姆·汉克斯"), each made of
-# the characters transliteration uses, so the words around it ("导演是", "等") are not taken into it.
-_SOUNDS = ("阿埃艾爱安昂奥澳巴拜班邦包保鲍贝本比彼毕宾滨波玻伯勃博布查柴彻楚茨达戴黛丹德登狄迪蒂帝丁东杜多朵俄厄"
-           "恩尔法凡范菲费芬丰冯佛弗伏福富盖甘冈高戈哥格根贡古瓜圭果哈海汉翰豪赫黑亨洪胡华怀惠霍基吉加佳贾杰捷金"
-           "津居君喀卡凯坎康考柯科克肯孔库夸奎昆拉腊莱赖兰朗劳勒雷蕾黎里理丽利莉连莲廉林琳玲凌留柳龙隆娄卢鲁陆路"
-           "伦罗洛吕马玛迈麦曼芒毛茂梅美门蒙孟米密敏明摩莫墨默姆木穆纳娜乃奈南楠瑙内妮尼涅宁纽努诺欧帕派潘庞佩彭"
-           "皮珀坡普齐奇契恰乔切钦琴琼丘屈让热瑞若撒萨塞赛桑瑟森沙莎山珊尚绍舍申什施史舒斯思松苏索塔泰坦汤唐陶特"
-           "提汀廷通图托瓦娃万旺威韦维温文沃乌伍武西希锡夏谢欣辛休修徐雅亚扬杨耶叶伊依因英尤约泽扎詹哲珍朱卓兹佐"
-           "腾列歌丝芙薇琪茜赞迦斐罕娅妲蔻缇裴席芭葛歇治雯白堡得钱夫迭蓉当卫平柏秋邓汗钟李儿大")
-_CJK_DOTTED = re.compile(rf"[{_SOUNDS}]{{1,6}}(?:[·・•][{_SOUNDS}]{{1,8}}){{1,3}}")
-# A title or a place word after one or two characters of a name ("张先生", "灰石城"). The name's characters are no
-# pronoun, particle, verb of going or place word, and it does not begin after a demonstrative, so "这家公司",
-# "有限公司", "我回公司", "林晚在城隍庙" and "北京市东城区" give no name; 城 is no suffix where it begins another word
-# (城堡, 城楼, 城区, 城隍, 城墙).
-_NOT_IN_TITLED = "这那哪每各某你我他她它们的地得了着过是在有和与及或从到去回来向往把被给对将就都也又还很太最更个之全些市省县区"
-_CJK_TITLED = re.compile(rf"(?<![这那哪每某各有])(?:(?![{_NOT_IN_TITLED}])[\u4e00-\u9fff]){{1,2}}"
-                         r"(?:先生|小姐|女士|夫人|大人|殿下|陛下|老师|队长|王国|帝国|城(?![堡楼区隍墙])|村|镇|学院|公司|小队|军团|森林|神殿)")
 # Where a sentence starts: the text's or a line's start, or after an end mark or a colon, past the quotes, asterisks
 # and dashes roleplay wraps speech and action in. A capital there says nothing about a name ("Something stirs.").
 _SENTENCE_START = re.compile(r"(?:^|(?<=[.!?。！？…:]))[\s\"'“”‘’*_(\[~\-–—]*", re.M)
@@ -138,8 +122,8 @@ def candidate_names(text: str) -> set[str]:
     transliterated names joined by an interpunct (outside quotes, where the quoted name is taken whole)."""
     names = set(_latin_names(text))
     names.update(m.group(1) for m in _CJK_QUOTED.finditer(text))
-    names.update(m.group(0) for m in _CJK_TITLED.finditer(text))
-    names.update(m.group(0) for m in _CJK_DOTTED.finditer(_CJK_QUOTED.sub(" ", text)))
+    names.update(m.group(0) for m in TITLED_NAME.finditer(text))
+    names.update(m.group(0) for m in DOTTED_NAME.finditer(_CJK_QUOTED.sub(" ", text)))
     return names
 
 
