@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 
 from ..graph.model import Node, node_from_row
+from ..graph.schema import NAMED_TYPES
 from . import tuning
 from .candidates import Ranking
 from .render import has_content
@@ -49,7 +50,7 @@ def fuse(rankings: list[Ranking], k: int = RRF_K) -> dict[str, float]:
 
 def _has_content(row) -> bool:
     # Only name anchors (characters, entities, places) can lack content: parse just those.
-    return row["type"] not in ("character", "entity", "location") or has_content(orjson.loads(row["fields"]))
+    return row["type"] not in NAMED_TYPES or has_content(orjson.loads(row["fields"]))
 
 
 def score_rows(fused: dict[str, float], rows: dict, rankings: list[Ranking], *, length: int,

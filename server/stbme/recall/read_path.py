@@ -24,7 +24,7 @@ import orjson
 
 from ..embed import EmbedError, EmbeddingService
 from ..graph.model import NODE_COLUMNS, node_from_row, node_text
-from ..graph.schema import NODE_TYPES
+from ..graph.schema import NAMED_TYPES, NODE_TYPES
 from ..index import ChatIndexes
 from ..index.lexical import tokenize
 from ..store import Store
@@ -57,7 +57,7 @@ _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
 # fields too, to know whether it says anything at all (only those rows are read, for that column). The texts
 # are read for the ~10 shown (_SHOWN_COLUMNS).
 _RANKING_COLUMNS = ("id, type, importance, weight, seq_from, seq_to, pinned, source,"
-                    " CASE WHEN type IN ('character', 'entity', 'location') THEN fields END AS fields")
+                    f" CASE WHEN type IN ({', '.join(repr(t) for t in NAMED_TYPES)}) THEN fields END AS fields")
 # Of a memory shown, only what its line in the block, the answer and the rerank prompt use. Its Node's other
 # fields are defaults.
 _SHOWN_COLUMNS = ("id, chat_id, type, fields, importance, weight, seq_from, seq_to, archived, locked, pinned,"
