@@ -60,6 +60,7 @@ def test_a_name_the_text_is_about_stays():
     assert without_vocatives("Irene moved to Paris last year.") == "Irene moved to Paris last year."
     assert without_vocatives("So, I went to Paris.") == "So, I went to Paris."   # not a name
     assert without_vocatives("Thanks, God!") == "Thanks, God!"
+    assert without_vocatives("It is Warner Bros. Entertainment, Inc.") == "It is Warner Bros. Entertainment, Inc."
 
 
 def test_a_chinese_name_only_addressed_is_left_out():
@@ -168,10 +169,12 @@ def test_migration_m019_sends_memories_that_may_address_someone_in_chinese_back_
             ("titled", {"summary": "请坐，张先生。", "speaker": "林晚"}),
             ("plain", {"summary": "我们明天去灰石城。", "speaker": "林晚"}),
             ("no comma", {"summary": "谢谢你艾琳", "speaker": "林晚"}),
+            ("company", {"summary": "I work for Acme. Initech, Inc. pays more.", "speaker": "Tom"}),
             ("no speaker", {"summary": "谢谢你，艾琳！"})]
     for node_id, fields in rows:
         conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
                      " VALUES (?, 'c', 'event', ?, x'00', 'local', 0, 0)", (node_id, orjson.dumps(fields).decode()))
     dict(MIGRATIONS)["m019_chinese_vocatives"](conn)
     embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
-    assert embedders == {"greets": None, "titled": None, "plain": "local", "no comma": "local", "no speaker": "local"}
+    assert embedders == {"greets": None, "titled": None, "plain": "local", "no comma": "local", "company": None,
+                         "no speaker": "local"}

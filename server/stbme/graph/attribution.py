@@ -25,10 +25,12 @@ _GREETING = (r"(?:hi|hey|hiya|hello|yo|thanks|thank you|thx|bye|goodbye|good nig
 _VOCATIVE = re.compile(rf"(?i:\b{_GREETING}\b)(?:,\s*|\s+)(?-i:(?P<a>{_NAME}))(?=\s*(?:[,!?.…~:;)]|$))"
                        rf"|(?:^|(?<=[.!?…]\s))(?P<b>{_NAME})(?=,\s)"
                        rf"|,\s*(?P<c>{_NAME})\s*(?=[!?.…~]|$)")
-# Words that look like names at these places but are not people ("Thanks, God!", "Sorry, Monday...").
+# Words that look like names at these places but are not people ("Thanks, God!", "Sorry, Monday...", a company's
+# "Warner Bros. Entertainment, Inc.").
 _NOT_A_PERSON = frozenset("god lord jesus man dude bro sis guys everyone everybody all girl boy buddy mate sir "
                           "madam monday tuesday wednesday thursday friday saturday sunday so and but then now "
-                          "also anyway honestly seriously well yes yeah no ok okay sure right true".split())
+                          "also anyway honestly seriously well yes yeah no ok okay sure right true inc ltd llc corp plc gmbh"
+                          .split())
 _IS_GREETING = re.compile(rf"(?i){_GREETING}")
 # What every vocative has: a name's (last) word, then a comma, an end mark or the end of the text. Three in
 # four roleplay messages have none, and this finds that in 2 us where _VOCATIVE takes about 80; the long

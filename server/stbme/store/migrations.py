@@ -451,21 +451,24 @@ def m018_mentions_that_may_be_words(conn: sqlite3.Connection) -> None:
 
 
 # The texts m019's change of graph/attribution.py can read otherwise (a superset): a Chinese greeting or a
-# person's title, and a comma.
+# person's title, and a comma; a company's suffix after a comma (", Inc.").
 _CJK_ADDRESS = re.compile("(?:谢谢|谢了|多谢|你好|您好|嗨|哈喽|嘿|喂|早安|早上好|午安|晚安|晚上好|再见|拜拜|回头见|对不起|抱歉|"
                           "恭喜|欢迎|辛苦了|亲爱的|先生|小姐|女士|夫人|大人|殿下|陛下|老师|队长)")
+_SUFFIX_AFTER_COMMA = re.compile(r",\s*(?:Inc|Ltd|LLC|Corp|PLC|GmbH)\b")
 
 
 @migration
 def m019_chinese_vocatives(conn: sqlite3.Connection) -> None:
     """A Chinese name the speaker only addresses ("谢谢你，艾琳！", "请坐，张先生。") is left out of the searched
     and embedded text, as English ones are (graph/attribution.py). The message memories whose text may hold one
-    are embedded again, as m016 did; the saved keyword indexes are rebuilt on load (index/lexical.SAVE_VERSION 5)."""
+    are embedded again, as m016 did; the saved keyword indexes are rebuilt on load (index/lexical.SAVE_VERSION 5).
+    A company's suffix after a comma (", Inc.") is no longer taken for a name addressed either."""
     rows = conn.execute("SELECT id, json_extract(fields, '$.summary') FROM nodes WHERE type = 'event'"
                         " AND embedding IS NOT NULL AND json_extract(fields, '$.speaker') IS NOT NULL").fetchall()
     conn.executemany("UPDATE nodes SET embedder = NULL WHERE id = ?",
                      [(node_id,) for node_id, text in rows
-                      if isinstance(text, str) and ("，" in text or "," in text) and _CJK_ADDRESS.search(text)])
+                      if isinstance(text, str) and (("，" in text or "," in text) and _CJK_ADDRESS.search(text)
+                                                    or _SUFFIX_AFTER_COMMA.search(text))])
 
 
 @hub_migration
