@@ -74,12 +74,15 @@ def test_a_chinese_name_only_addressed_is_left_out():
     assert without_vocatives("请坐，张先生。") == "请坐。"
     assert without_vocatives("“王队长，我们到了。”他说。") == "“我们到了。”他说。"
     assert without_vocatives("Thanks, Irene! 谢谢你，艾琳！") == "Thanks! 谢谢你！"
+    # traditional characters, as Taiwan and Hong Kong write
+    assert without_vocatives("謝謝你，實初哥哥，待我這樣好。") == "謝謝你，待我這樣好。"
+    assert without_vocatives("甄大人，請坐。") == "請坐。"
 
 
 def test_a_chinese_text_that_addresses_nobody_stays():
     for text in ("你好，我是李华。", "抱歉，不知道。", "你好，请问你是？", "我说了再见，然后走了。",
                  "艾琳，你来了？",            # a bare name at a sentence's start may be its topic
-                 "灰石城，位于北方。", "我和张先生一起去了灰石城。", "今天，我们去了市场。"):
+                 "灰石城，位于北方。", "我和张先生一起去了灰石城。", "今天，我们去了市场。", "對不起，沒有了。"):
         assert without_vocatives(text) == text
     assert without_vocatives("谢谢你，艾琳！", speaker="艾琳") == "谢谢你，艾琳！"   # her own name
 

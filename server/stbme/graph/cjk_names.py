@@ -21,11 +21,12 @@ DOTTED_NAME = re.compile(rf"(?!得)[{_SOUNDS}]{{1,6}}(?:[·・•][{_SOUNDS}]{{1
 
 # Characters no name is made of: pronouns, particles, verbs of going, place words ("这家公司", "我回公司",
 # "北京市东城区" hold no name).
-NOT_IN_NAMES = "这那哪每各某你我他她它们的地得了着过是在有和与及或从到去回来向往把被给对将就都也又还很太最更个之全些市省县区"
-_NAME_CHARS = rf"(?<![这那哪每某各有])(?:(?![{NOT_IN_NAMES}])[\u4e00-\u9fff]){{1,2}}"
-PERSON_TITLES = "先生|小姐|女士|夫人|大人|殿下|陛下|老师|队长"
+NOT_IN_NAMES = ("这那哪每各某你我他她它们的地得了着过是在有和与及或从到去回来向往把被给对将就都也又还很太最更个之全些市省县区"
+                "這們與從來給對將還個縣區過著")   # ... and the traditional forms of those that have one
+_NAME_CHARS = rf"(?<![这那哪每某各有這])(?:(?![{NOT_IN_NAMES}])[\u4e00-\u9fff]){{1,2}}"
+PERSON_TITLES = "先生|小姐|女士|夫人|大人|殿下|陛下|老师|老師|队长|隊長"
 # 城 is no suffix where it begins another word (城堡, 城楼, 城区, 城隍, 城墙: "林晚在城隍庙").
-_PLACE_WORDS = "王国|帝国|城(?![堡楼区隍墙])|村|镇|学院|公司|小队|军团|森林|神殿"
+_PLACE_WORDS = "王国|王國|帝国|帝國|城(?![堡楼區区隍墙牆])|村|镇|鎮|学院|學院|公司|小队|小隊|军团|軍團|森林|神殿"
 # One or two characters of a name and a title or a place word: "张先生", "李小姐", "灰石城". Not after a
 # demonstrative or 有 ("有限公司").
 TITLED_NAME = re.compile(rf"{_NAME_CHARS}(?:{PERSON_TITLES}|{_PLACE_WORDS})")
