@@ -74,6 +74,7 @@ def test_a_chinese_name_only_addressed_is_left_out():
     assert without_vocatives("请坐，张先生。") == "请坐。"
     assert without_vocatives("“王队长，我们到了。”他说。") == "“我们到了。”他说。"
     assert without_vocatives("Thanks, Irene! 谢谢你，艾琳！") == "Thanks! 谢谢你！"
+    assert without_vocatives("你好，小雪！ She said, *smiling*") == "你好！ She said, *smiling*"   # only that comma goes
     # traditional characters, as Taiwan and Hong Kong write
     assert without_vocatives("謝謝你，實初哥哥，待我這樣好。") == "謝謝你，待我這樣好。"
     assert without_vocatives("甄大人，請坐。") == "請坐。"

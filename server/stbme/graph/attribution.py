@@ -49,11 +49,12 @@ _CJK_GREETING = ("谢谢你?|謝謝你?|谢了|謝了|多谢|多謝|你好|您�
 _NOT_IN_SHORT_NAMES = NOT_IN_NAMES + "不没沒别別无無非请請问問吗嗎呢吧啊呀哦嗯好真多少知道想要会會能可以"
 _CJK_SHORT_NAME = rf"(?:(?![{_NOT_IN_SHORT_NAMES}])[\u4e00-\u9fff]){{1,4}}"
 _CJK_NAME = rf"{DOTTED_NAME.pattern}|{TITLED_PERSON}"
+# Each group is what goes: the name with the comma that set it off.
 _CJK_VOCATIVE = re.compile(
-    rf"(?:^|(?<=[。！？!?…，,\s“\"「『*]))(?:{_CJK_GREETING})[啊呀呢吧哦]?[，,]\s*"
-    rf"(?P<a>{_CJK_NAME}|{_CJK_SHORT_NAME})(?=\s*(?:[！!。？?~～…，,”\"」』*]|$))"
-    rf"|(?:^|(?<=[。！？!?…\n]))(?P<b>[\s“\"「『*]*(?:{TITLED_PERSON}))(?=[，,])"
-    rf"|[，,]\s*(?P<c>{TITLED_PERSON})(?=\s*(?:[！!。？?~～…”\"」』*]|$))")
+    rf"(?:^|(?<=[。！？!?…，,\s“\"「『*]))(?:{_CJK_GREETING})[啊呀呢吧哦]?"
+    rf"(?P<a>[，,]\s*(?:{_CJK_NAME}|{_CJK_SHORT_NAME}))(?=\s*(?:[！!。？?~～…，,”\"」』*]|$))"
+    rf"|(?:^|(?<=[。！？!?…\n]))[\s“\"「『*]*(?P<b>(?:{TITLED_PERSON})[，,]\s*)"
+    rf"|(?P<c>[，,]\s*(?:{TITLED_PERSON}))(?=\s*(?:[！!。？?~～…”\"」』*]|$))")
 # Each vocative above has a greeting or a person's title: most Chinese messages have neither.
 _MAY_HAVE_CJK_VOCATIVE = re.compile(rf"{_CJK_GREETING}|{PERSON_TITLES}")
 
@@ -89,19 +90,13 @@ def without_vocatives(text: str, speaker: str = "") -> str:
 def _without_cjk_vocatives(text: str, speaker: str) -> str:
     def drop(match: re.Match) -> str:
         group = next(g for g in "abc" if match.group(g) is not None)
-        name = match.group(group).lstrip(" \t“\"「『*")
-        if speaker and name == speaker.strip():
+        if speaker and match.group(group).strip("，, \t") == speaker.strip():
             return match.group(0)
-        start, end = match.end(group) - len(name), match.end(group)
+        start, end = match.span(group)
         whole = match.group(0)
         return whole[:start - match.start()] + whole[end - match.start():]
 
-    dropped = _CJK_VOCATIVE.sub(drop, text)
-    if dropped == text:
-        return text
-    # the comma the name left: "谢谢你，！" -> "谢谢你！", "，请坐" at a sentence's start -> "请坐"
-    dropped = re.sub(r"[，,]\s*(?=[！!。？?~～…，,”\"」』*]|$)", "", dropped)
-    return re.sub(r"(?:^|(?<=[。！？!?…\n]))([\s“\"「『*]*)[，,]\s*", r"\1", dropped)
+    return _CJK_VOCATIVE.sub(drop, text)
 
 
 _ENDS_WITH_NAME = re.compile(rf"(?<=[^\s.!?…] ){_WORD}$")   # a capitalised word that does not start a sentence
