@@ -159,3 +159,61 @@ def test_vectors_read_back_follow_every_change():
     index.upsert(["c"], changed, [3])
     assert np.array_equal(index.vectors(["c"])[0], index.vectors(["b"])[0])
     assert index.vectors([]).shape == (0, 8)
+
+
+def _cone(rng, n, dim=32, spread=0.35):
+    """Vectors close together, as a roleplay chat's memories are (cosine about .9 to their centre)."""
+    centre = unit(rng, 1, dim)[0]
+    v = centre + spread * rng.normal(size=(n, dim)).astype(np.float32) / np.sqrt(dim)
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_a_small_chat_is_searched_exactly_whatever_order_it_was_built_in():
+    rng = np.random.default_rng(5)
+    vecs = _cone(rng, 3000)
+    ids = [f"n{i}" for i in range(3000)]
+    queries = _cone(np.random.default_rng(6), 40)
+    forward, backward = ChatIndex(32, "test", ef_search=10), ChatIndex(32, "test", ef_search=10)
+    forward.upsert(ids, vecs, [1] * 3000)
+    backward.upsert(ids[::-1], vecs[::-1], [1] * 3000)
+    assert forward.exact and backward.exact
+    for q in queries:
+        sims = vecs @ (q / np.linalg.norm(q))
+        best = [ids[i] for i in np.argsort(-sims, kind="stable")[:20]]
+        assert [n for n, _ in forward.query(q, 20)] == best
+        assert forward.query(q, 20) == backward.query(q, 20)
+
+
+def test_past_exact_max_the_graph_answers(monkeypatch):
+    import stbme.index.hnsw as hnsw
+
+    monkeypatch.setattr(hnsw, "EXACT_MAX", 1500)
+    rng = np.random.default_rng(7)
+    vecs = unit(rng, 2000)
+    index = ChatIndex(16, "test", capacity=10)
+    index.upsert([f"n{i}" for i in range(1400)], vecs[:1400], [1] * 1400)
+    index.remove(["n3"])
+    assert index.exact and index.query(vecs[5], 1)[0][0] == "n5"
+    assert all(n != "n3" for n, _ in index.query(vecs[3], 50))
+    index.upsert(["n3"], vecs[3:4], [2])   # restored: found again
+    assert index.query(vecs[3], 1)[0][0] == "n3"
+    index.upsert([f"n{i}" for i in range(1400, 2000)], vecs[1400:], [1] * 600)
+    assert not index.exact and len(index) == 2000
+    assert index.query(vecs[1900], 1)[0][0] == "n1900"
+    assert np.allclose(index.vectors(["n1900"])[0], vecs[1900], atol=1e-6)
+
+
+def test_a_loaded_small_chat_is_searched_exactly_again(tmp_path):
+    rng = np.random.default_rng(8)
+    vecs = _cone(rng, 1200)
+    ids = [f"n{i}" for i in range(1200)]
+    index = ChatIndex(32, "test", ef_search=10)
+    index.upsert(ids, vecs, [1] * 1200)
+    index.remove(["n0"])
+    index.save(tmp_path / "c")
+    loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32, ef_search=10)
+    assert loaded.exact
+    for q in _cone(np.random.default_rng(9), 10):
+        assert loaded.query(q, 30) == index.query(q, 30)
+    assert "n0" not in {n for n, _ in loaded.query(vecs[0], 30)}
+    assert np.array_equal(loaded.vectors(["n7"]), index.vectors(["n7"]))
