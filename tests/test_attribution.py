@@ -142,43 +142,39 @@ def _migrated_before(migration: str) -> sqlite3.Connection:
     return conn
 
 
-def test_migration_m012_sends_message_memories_back_to_be_embedded():
-    conn = _migrated_before("m012_speaker_text")
-    rows = [("said", "event", {"summary": "hi", "speaker": "Tom"}), ("made", "event", {"summary": "x"}),
-            ("name", "character", {"name": "Tom"})]
+def _embedders_after(migration: str, rows: list[tuple[str, str, dict]]) -> dict:
+    """Nodes (id, type, fields) embedded by 'local' in a database just before `migration`, then run it: each
+    node's embedder (None: sent back to be embedded)."""
+    conn = _migrated_before(migration)
     for node_id, type_, fields in rows:
         conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
                      " VALUES (?, 'c', ?, ?, x'00', 'local', 0, 0)", (node_id, type_, orjson.dumps(fields).decode()))
-    dict(MIGRATIONS)["m012_speaker_text"](conn)
-    embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
+    dict(MIGRATIONS)[migration](conn)
+    return dict(conn.execute("SELECT id, embedder FROM nodes"))
+
+
+def test_migration_m012_sends_message_memories_back_to_be_embedded():
+    rows = [("said", "event", {"summary": "hi", "speaker": "Tom"}), ("made", "event", {"summary": "x"}),
+            ("name", "character", {"name": "Tom"})]
+    embedders = _embedders_after("m012_speaker_text", rows)
     assert embedders == {"said": None, "made": "local", "name": "local"}
 
 
 def test_migration_m016_sends_memories_with_a_name_pair_back_to_be_embedded():
-    conn = _migrated_before("m016_name_pairs_are_not_addressed")
     rows = [("pair", {"summary": "We went to Tulum, Mexico.", "speaker": "Elise"}),
             ("plain", {"summary": "That is great, Irene!", "speaker": "Tom"}),
             ("no speaker", {"summary": "Tulum, Mexico."})]
-    for node_id, fields in rows:
-        conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
-                     " VALUES (?, 'c', 'event', ?, x'00', 'local', 0, 0)", (node_id, orjson.dumps(fields).decode()))
-    dict(MIGRATIONS)["m016_name_pairs_are_not_addressed"](conn)
-    embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
+    embedders = _embedders_after("m016_name_pairs_are_not_addressed", [(n, "event", f) for n, f in rows])
     assert embedders == {"pair": None, "plain": "local", "no speaker": "local"}
 
 
 def test_migration_m019_sends_memories_that_may_address_someone_in_chinese_back_to_be_embedded():
-    conn = _migrated_before("m019_chinese_vocatives")
     rows = [("greets", {"summary": "谢谢你，艾琳！", "speaker": "林晚"}),
             ("titled", {"summary": "请坐，张先生。", "speaker": "林晚"}),
             ("plain", {"summary": "我们明天去灰石城。", "speaker": "林晚"}),
             ("no comma", {"summary": "谢谢你艾琳", "speaker": "林晚"}),
             ("company", {"summary": "I work for Acme. Initech, Inc. pays more.", "speaker": "Tom"}),
             ("no speaker", {"summary": "谢谢你，艾琳！"})]
-    for node_id, fields in rows:
-        conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, created_at, updated_at)"
-                     " VALUES (?, 'c', 'event', ?, x'00', 'local', 0, 0)", (node_id, orjson.dumps(fields).decode()))
-    dict(MIGRATIONS)["m019_chinese_vocatives"](conn)
-    embedders = dict(conn.execute("SELECT id, embedder FROM nodes"))
+    embedders = _embedders_after("m019_chinese_vocatives", [(n, "event", f) for n, f in rows])
     assert embedders == {"greets": None, "titled": None, "plain": "local", "no comma": "local", "company": None,
                          "no speaker": "local"}

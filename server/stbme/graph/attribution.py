@@ -29,8 +29,8 @@ _VOCATIVE = re.compile(rf"(?i:\b{_GREETING}\b)(?:,\s*|\s+)(?-i:(?P<a>{_NAME}))(?
 # "Warner Bros. Entertainment, Inc.").
 _NOT_A_PERSON = frozenset("god lord jesus man dude bro sis guys everyone everybody all girl boy buddy mate sir "
                           "madam monday tuesday wednesday thursday friday saturday sunday so and but then now "
-                          "also anyway honestly seriously well yes yeah no ok okay sure right true inc ltd llc corp plc gmbh"
-                          .split())
+                          "also anyway honestly seriously well yes yeah no ok okay sure right true "
+                          "inc ltd corp".split())
 _IS_GREETING = re.compile(rf"(?i){_GREETING}")
 # What every vocative has: a name's (last) word, then a comma, an end mark or the end of the text. Three in
 # four roleplay messages have none, and this finds that in 2 us where _VOCATIVE takes about 80; the long
@@ -90,7 +90,7 @@ def without_vocatives(text: str, speaker: str = "") -> str:
 def _without_cjk_vocatives(text: str, speaker: str) -> str:
     def drop(match: re.Match) -> str:
         group = next(g for g in "abc" if match.group(g) is not None)
-        if speaker and match.group(group).strip("，, \t") == speaker.strip():
+        if speaker and match.group(group).strip().strip("，,").strip() == speaker.strip():
             return match.group(0)
         start, end = match.span(group)
         whole = match.group(0)

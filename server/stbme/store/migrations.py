@@ -455,7 +455,7 @@ def m018_mentions_that_may_be_words(conn: sqlite3.Connection) -> None:
 _CJK_ADDRESS = re.compile("(?:谢谢|謝謝|谢了|謝了|多谢|多謝|你好|您好|嗨|哈喽|哈囉|嘿|喂|早安|早上好|午安|晚安|晚上好|再见|再見|"
                           "拜拜|回头见|回頭見|对不起|對不起|抱歉|恭喜|欢迎|歡迎|辛苦了|亲爱的|親愛的|先生|小姐|女士|夫人|大人|"
                           "殿下|陛下|老师|老師|队长|隊長)")
-_SUFFIX_AFTER_COMMA = re.compile(r",\s*(?:Inc|Ltd|LLC|Corp|PLC|GmbH)\b")
+_SUFFIX_AFTER_COMMA = re.compile(r",\s*(?:Inc|Ltd|Corp)\b")
 
 
 @migration
