@@ -5,7 +5,7 @@ import sqlite3
 
 import orjson
 
-from stbme.graph.attribution import attributed_text, without_vocatives
+from stbme.graph.attribution import addressed_names, attributed_text, without_vocatives
 from stbme.graph.model import node_text
 from stbme.index.lexical import LexicalIndex
 from stbme.store.migrations import MIGRATIONS
@@ -88,6 +88,52 @@ def test_a_chinese_text_that_addresses_nobody_stays():
     assert without_vocatives("谢谢你，艾琳！", speaker="艾琳") == "谢谢你，艾琳！"   # her own name
 
 
+def test_a_chat_name_standing_alone_is_addressed():
+    names = {"艾琳", "小明", "Alex", "艾"}
+    cases = {"艾琳，你来了？": "你来了？",
+             "好了，艾琳，我们走吧。": "好了，我们走吧。",
+             "你来了，艾琳。": "你来了。",
+             "*我推开门。*“艾琳，你在吗？”": "*我推开门。*“你在吗？”",
+             "艾琳！你去哪？": "你去哪？",
+             "艾琳——等等！": "等等！",
+             "你好，艾琳……": "你好……",
+             "艾琳，小雪，过来。": "小雪，过来。"}
+    for text, said in cases.items():
+        assert addressed_names(text, "小明", names) == ["艾琳"], text
+        assert without_vocatives(text, "小明", ["艾琳"]) == said
+        assert attributed_text("小明", text, ("艾琳",)) == f"小明: {said}"
+    # Not alone: the topic or part of a sentence; a longer name; no name of the chat; the speaker's own name.
+    for text in ("我喜欢艾琳，她很好。", "艾琳说，她喜欢猫。", "昨天艾琳，小雪和我去了。", "她叫艾琳娜，很漂亮。", "“艾琳”是她的名字。"):
+        assert addressed_names(text, "小明", names) == [], text
+        assert without_vocatives(text, "小明", ["艾琳"]) == text
+    assert addressed_names("汪峰，1971年出生于北京。", "小明", names) == []
+    assert addressed_names("艾琳，你来了？", "艾琳", names) == []
+    assert without_vocatives("艾琳，你来了？", "艾琳", ["艾琳"]) == "艾琳，你来了？"
+    assert addressed_names("Alex，你来了？艾，走吧。", "小明", names) == []   # Latin names and one character: not taken
+
+
+def test_a_message_memory_is_not_found_by_the_chat_name_it_only_addresses():
+    index = LexicalIndex()
+    index.upsert("asks", node_text({"summary": "艾琳，你今天去哪里了？", "speaker": "小明", "addressed": ["艾琳"]}))
+    index.upsert("about", node_text({"summary": "我今天去了集市，买了苹果。", "speaker": "艾琳"}))
+    assert [n for n, _ in index.search("艾琳今天去了哪里？", 5)][:1] == ["about"]
+    assert node_text({"summary": "艾琳，你今天去哪里了？", "speaker": "小明", "addressed": ["艾琳"]}) == "小明: 你今天去哪里了？"
+
+
+def test_the_addressed_names_are_no_field_to_show_or_ask_for():
+    from stbme.graph.model import Node
+    from stbme.pipeline.extract import ANSWER_SCHEMA, SCHEMA_APPENDIX
+    from stbme.pipeline.prompting import memory_line
+    from stbme.recall.render import render_block
+
+    node = Node(id="n1", chat_id="c", type="event", fields={"summary": "艾琳，你来了？", "speaker": "小明",
+                                                            "addressed": ["艾琳"]}, seq_from=3, seq_to=3)
+    assert "addressed" not in memory_line("M1", node) and "addressed" not in SCHEMA_APPENDIX
+    assert "addressed" not in orjson.dumps(ANSWER_SCHEMA).decode()
+    block, _, _ = render_block([], 500, "zh", evidence=[node])
+    assert "小明: 艾琳，你来了？" in block and "addressed" not in block
+
+
 def test_the_chinese_quick_check_lets_every_vocative_through():
     """As the Latin quick check above: what it turns away has no vocative the full pattern finds."""
     import sys
@@ -168,6 +214,27 @@ def test_migration_m016_sends_memories_with_a_name_pair_back_to_be_embedded():
     assert embedders == {"pair": None, "plain": "local", "no speaker": "local"}
 
 
+def test_migration_m020_keeps_the_chat_names_a_memory_addresses():
+    conn = _migrated_before("m020_chat_names_addressed")
+    conn.executemany("INSERT INTO messages (chat_id, idx, hash, chain, role, name, text) VALUES ('c', ?, '', '', ?, ?, '')",
+                     [(0, "assistant", "艾琳"), (1, "user", "小明"), (2, "assistant", "艾琳"), (3, "user", "白芷")])
+    rows = [("asks", 1, {"summary": "艾琳，你来了？", "speaker": "小明"}),
+            ("later", 2, {"summary": "白芷，你好。", "speaker": "艾琳"}),           # 白芷 speaks only later
+            ("topic", 1, {"summary": "我喜欢艾琳，她很好。", "speaker": "小明"}),
+            ("own", 0, {"summary": "艾琳，就是我。", "speaker": "艾琳"}),
+            ("both", 3, {"summary": "好了，艾琳，小明，走吧！", "speaker": "白芷"}),
+            ("no speaker", 1, {"summary": "艾琳，你来了？"})]
+    for node_id, seq, fields in rows:
+        conn.execute("INSERT INTO nodes (id, chat_id, type, fields, embedding, embedder, seq_from, seq_to, created_at,"
+                     " updated_at) VALUES (?, 'c', 'event', ?, x'00', 'local', ?, ?, 0, 0)",
+                     (node_id, orjson.dumps(fields).decode(), seq, seq))
+    dict(MIGRATIONS)["m020_chat_names_addressed"](conn)
+    after = {r[0]: (orjson.loads(r[1]).get("addressed"), r[2]) for r in conn.execute("SELECT id, fields, embedder FROM nodes")}
+    assert after == {"asks": (["艾琳"], None), "later": (None, "local"), "topic": (None, "local"), "own": (None, "local"),
+                     "both": (["小明", "艾琳"], None), "no speaker": (None, "local")}
+    assert orjson.loads(conn.execute("SELECT fields FROM nodes WHERE id = 'asks'").fetchone()[0])["summary"] == "艾琳，你来了？"
+
+
 def test_migration_m019_sends_memories_that_may_address_someone_in_chinese_back_to_be_embedded():
     rows = [("greets", {"summary": "谢谢你，艾琳！", "speaker": "林晚"}),
             ("titled", {"summary": "请坐，张先生。", "speaker": "林晚"}),
@@ -178,3 +245,33 @@ def test_migration_m019_sends_memories_that_may_address_someone_in_chinese_back_
     embedders = _embedders_after("m019_chinese_vocatives", [(n, "event", f) for n, f in rows])
     assert embedders == {"greets": None, "titled": None, "plain": "local", "no comma": "local", "company": None,
                          "no speaker": "local"}
+
+
+def _remembered(batch: int) -> list[dict]:
+    """A Chinese chat's message memories, made by the heuristic write path `batch` messages at a time."""
+    from stbme.graph.changes import ChangeSet
+    from stbme.pipeline.heuristic import remember_messages
+    from stbme.pipeline.sync import Message
+    from stbme.store.migrations import migrate
+
+    said = [("艾琳", "你好，小明，我是新来的。"), ("小明", "艾琳，欢迎你！"), ("艾琳", "谢谢，小明。白芷，你也来了？"),
+            ("白芷", "是的，艾琳，我刚到。"), ("小明", "好了，白芷，艾琳，我们走吧。")]
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    migrate(conn)
+    conn.execute("INSERT INTO chats (chat_id, created_at, updated_at) VALUES ('c', 0, 0)")
+    conn.executemany("INSERT INTO messages (chat_id, idx, hash, chain, role, name, text) VALUES ('c', ?, ?, '', ?, ?, ?)",
+                     [(i, str(i), "user" if name == "小明" else "assistant", name, text)
+                      for i, (name, text) in enumerate(said)])
+    messages = [Message(index=i, role="user", name=name, text=text) for i, (name, text) in enumerate(said)]
+    for start in range(0, len(messages), batch):
+        remember_messages(ChangeSet(conn, "c", reason="test"), messages[start:start + batch], chunk_tokens=400)
+    return [orjson.loads(r[0]) for r in conn.execute("SELECT fields FROM nodes WHERE type = 'event' ORDER BY seq_from")]
+
+
+def test_a_message_addresses_the_names_spoken_up_to_it_whatever_the_batches():
+    whole = _remembered(len("12345"))
+    # 小明 has not spoken by message 0, nor 白芷 by message 2: their names there are no one's yet
+    assert [f.get("addressed") for f in whole] == [None, ["艾琳"], ["小明"], ["艾琳"], ["白芷", "艾琳"]]
+    assert node_text(whole[4]) == "小明: 好了，我们走吧。"
+    assert _remembered(1) == _remembered(2) == whole

@@ -9,7 +9,7 @@ import asyncio
 import orjson
 
 from stbme.graph.model import node_text
-from stbme.pipeline.heuristic import event_texts
+from stbme.pipeline.heuristic import event_texts, speakers_before
 from stbme.pipeline.sync import load_messages
 from stbme.store.queries import chat_row
 from stbme.usecases.processing import AHEAD_MIN_MESSAGES, AHEAD_STEP_MESSAGES, AHEAD_TEXTS_PER_CALL
@@ -41,10 +41,26 @@ async def test_the_predicted_texts_are_exactly_the_memories_texts(sidecar):
     await settle(sidecar, "c")
     messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
     chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
-    predicted = event_texts(messages, chunk_tokens=chunk_tokens)
+    predicted = event_texts(messages, chunk_tokens=chunk_tokens, speakers=set())
     stored = await event_texts_stored(sidecar, "c")
     assert len(predicted) > len(messages)              # long replies are cut: more memories than messages
     assert sorted(predicted) == sorted(stored)
+
+
+async def test_the_predicted_texts_leave_out_the_chat_names_a_message_addresses(sidecar):
+    """As the memories' texts do: from any message on, whatever the messages before it are."""
+    chat = [{"role": "assistant", "name": "艾琳", "text": "你好，我是艾琳。我今天去了集市，买了一篮苹果。"}]
+    chat += [{"role": "user", "name": "小明", "text": f"艾琳，第{i}天你去了哪里？"} if i % 2 == 0 else
+             {"role": "assistant", "name": "艾琳", "text": f"我第{i}天去了河边，小明。"} for i in range(1, 12)]
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
+    chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
+    stored = await event_texts_stored(sidecar, "c")
+    assert sorted(event_texts(messages, chunk_tokens=chunk_tokens, speakers=set())) == sorted(stored)
+    later = await sidecar.store.read(lambda conn: speakers_before(conn, "c", 5))
+    assert set(event_texts(messages[5:], chunk_tokens=chunk_tokens, speakers=later)) <= set(stored)
+    assert "小明: 第2天你去了哪里？" in stored and "艾琳: 我第3天去了河边。" in stored
 
 
 async def test_the_newest_messages_are_embedded_ahead_and_their_memories_reuse_the_vectors(sidecar, embedder):
@@ -62,12 +78,14 @@ async def test_the_newest_messages_are_embedded_ahead_and_their_memories_reuse_t
     await sidecar.processor._embed_ahead("c")          # nothing extracts meanwhile: it covers every message
     messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
     chunk_tokens = sidecar.settings.get("extract.chunk_tokens", "c")
-    newest = event_texts(messages[-AHEAD_STEP_MESSAGES:][::-1], chunk_tokens=chunk_tokens)
+    low = messages[-AHEAD_STEP_MESSAGES].index
+    speakers = await sidecar.store.read(lambda conn: speakers_before(conn, "c", low))
+    newest = event_texts(messages[-AHEAD_STEP_MESSAGES:][::-1], chunk_tokens=chunk_tokens, speakers=speakers)
     embedded = [t for call in calls for t in call]
     newest = list(dict.fromkeys(newest))
     assert embedded[:len(newest)] == newest, "the newest messages go first (each text once)"
     assert max(map(len, calls)) <= AHEAD_TEXTS_PER_CALL   # a slice at a time: one core, beside the extraction
-    assert len(embedded) == len(set(embedded)) and set(embedded) == set(event_texts(messages, chunk_tokens=chunk_tokens))
+    assert len(embedded) == len(set(embedded)) and set(embedded) == set(event_texts(messages, chunk_tokens=chunk_tokens, speakers=set()))
 
     calls.clear()
     await sidecar.settings_service.update_chat("c", {"extract.enabled": None})
@@ -87,7 +105,9 @@ async def test_only_the_newest_messages_are_embedded_ahead(sidecar, embedder, mo
     before = embedder.texts_embedded
     await sidecar.processor._embed_ahead("c")
     messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
-    newest = event_texts(messages[-AHEAD_MIN_MESSAGES:], chunk_tokens=sidecar.settings.get("extract.chunk_tokens", "c"))
+    speakers = await sidecar.store.read(lambda conn: speakers_before(conn, "c", messages[-AHEAD_MIN_MESSAGES].index))
+    newest = event_texts(messages[-AHEAD_MIN_MESSAGES:], chunk_tokens=sidecar.settings.get("extract.chunk_tokens", "c"),
+                         speakers=speakers)
     assert embedder.texts_embedded - before == len(set(newest))
 
 
@@ -109,7 +129,9 @@ async def test_an_ingest_embeds_its_newest_messages_ahead_while_it_extracts(side
 
     async def newest_texts() -> list[str]:
         messages = await sidecar.store.read(lambda conn: load_messages(conn, "c", 0))
-        return list(dict.fromkeys(event_texts(messages[-AHEAD_STEP_MESSAGES:][::-1], chunk_tokens=chunk_tokens)))
+        newest = messages[-AHEAD_STEP_MESSAGES:]
+        speakers = await sidecar.store.read(lambda conn: speakers_before(conn, "c", newest[0].index))
+        return list(dict.fromkeys(event_texts(newest[::-1], chunk_tokens=chunk_tokens, speakers=speakers)))
 
     async def recording(texts):
         calls.append(list(texts))

@@ -805,6 +805,9 @@ async def test_an_input_that_names_nobody_finds_what_was_said_while_the_recent_t
     memories = await _recalled(sidecar, "导演是谁呢？", recent)
     assert _place(memories, 3) < _place(memories, 23)   # the director of the film the last turn named ...
     assert "subject" in memories[_place(memories, 3)]["score_parts"]
+    # The other speaker's name, only addressed, is no subject of the input's own ("周然，导演是谁呢？")
+    memories = await _recalled(sidecar, "周然，导演是谁呢？", recent)
+    assert "subject" in memories[_place(memories, 3)]["score_parts"]
     monkeypatch.setattr(tuning, "SUBJECT_WEIGHT", 0.0)
     memories = await _recalled(sidecar, "导演是谁呢？", recent)
     assert _place(memories, 23) < _place(memories, 3)   # ... which its words alone rank below the shorter other one

@@ -8,6 +8,7 @@ const TEXT_FIELDS = ['summary', 'insight', 'content', 'constraint', 'state', 'tr
 /** Words for field names of the node types (graph/schema.py); other names are humanized. */
 export const FIELD_LABELS = Object.freeze({
     summary: 'Summary', title: 'Title', participants: 'Participants', status: 'Status', speaker: 'Speaker',
+    addressed: 'Names addressed',
     name: 'Name', traits: 'Traits', state: 'State', goal: 'Goal', inventory: 'Inventory', core_note: 'Core note',
     features: 'Features', danger: 'Danger', kind: 'Kind', note: 'Note', constraint: 'Rule', scope: 'Applies to',
     insight: 'Insight', trigger: 'Trigger', suggestion: 'Suggestion', level: 'Level', range: 'Messages',

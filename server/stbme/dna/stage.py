@@ -28,7 +28,7 @@ import numpy as np
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, new_id, node_from_row, node_text
-from ..graph.schema import Strength
+from ..graph.schema import MESSAGE_FIELDS, Strength
 from ..hashing import text_hash
 from ..policy import REINFORCE_STEP
 from ..embed import EmbeddingService
@@ -228,7 +228,8 @@ def _replace(value, pattern: re.Pattern, right: str):
     if isinstance(value, list):
         return [_replace(v, pattern, right) for v in value]
     if isinstance(value, dict):
-        return {k: v if k in ("speaker", "name") else _replace(v, pattern, right) for k, v in value.items()}
+        # The names ST gives the chat's speakers are as the user set them: only the memory's own words change.
+        return {k: v if k == "name" or k in MESSAGE_FIELDS else _replace(v, pattern, right) for k, v in value.items()}
     return value
 
 

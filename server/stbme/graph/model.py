@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 
 from .attribution import attributed_text
-from .schema import NODE_TYPES, TEXT_FIELD_ORDER
+from .schema import MESSAGE_FIELDS, NODE_TYPES, TEXT_FIELD_ORDER
 
 
 def new_id(prefix: str) -> str:
@@ -165,6 +165,10 @@ def field_text(value: Any) -> str:
     return str(value).strip()
 
 
+def _names(value: Any) -> list[str]:
+    return [str(v) for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
+
+
 def node_text(fields: dict[str, Any]) -> str:
     """The text a node is embedded and searched by: known fields in ST-BME's order, then the rest. A
     message's memory (it has a speaker) reads "Speaker: what they said" (graph/attribution.py); its
@@ -177,13 +181,13 @@ def node_text(fields: dict[str, Any]) -> str:
             seen.add(key)
             text = field_text(fields[key])
             if key == "summary" and speaker and text:
-                text = attributed_text(speaker, text)
+                text = attributed_text(speaker, text, tuple(_names(fields.get("addressed"))))
             elif key == "participants" and speaker:
                 continue
             if text:
                 parts.append(text if key in ("summary", "insight", "content") else f"{key}: {text}")
     for key, value in fields.items():
-        if key not in seen and key != "speaker":
+        if key not in seen and key not in MESSAGE_FIELDS:
             text = field_text(value)
             if text:
                 parts.append(f"{key}: {text}")

@@ -24,8 +24,11 @@ class NodeType:
 T = NodeType
 # The types a name makes: the anchors that memories are linked to by who and what they involve.
 NAMED_TYPES = ("character", "location", "entity")
+# A message's memory's fields the write path takes from the message itself: who said it and the chat's names
+# it only addresses (graph/attribution.py). Never asked of the LLM, never shown as fields of their own.
+MESSAGE_FIELDS = ("speaker", "addressed")
 NODE_TYPES: dict[str, NodeType] = {t.name: t for t in (
-    T("event", ("title", "summary", "participants", "status", "speaker"), ("summary",), ("title", "summary"),
+    T("event", ("title", "summary", "participants", "status", *MESSAGE_FIELDS), ("summary",), ("title", "summary"),
       section="episodic", compression=(9, 3, 10, 6)),
     T("character", ("name", "traits", "state", "goal", "inventory", "core_note"), ("name",), ("name",),
       latest_only=True, section="state"),

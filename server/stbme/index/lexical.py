@@ -329,8 +329,9 @@ def legacy_file(path: Path) -> Path:
 
 
 # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings; 4: a name paired
-# with another across a comma is kept (m016); 5: Chinese vocatives are left out (m019)
-SAVE_VERSION = 5
+# with another across a comma is kept (m016); 5: Chinese vocatives are left out (m019); 6: the chat's names a
+# message addresses are left out (m020)
+SAVE_VERSION = 6
 
 
 def _doc_text(row) -> str:

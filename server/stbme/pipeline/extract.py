@@ -26,7 +26,7 @@ import re
 
 from ..graph.changes import ChangeSet
 from ..graph.model import field_text, node_from_row
-from ..graph.schema import NAMED_TYPES, NODE_TYPES, RELATIONS
+from ..graph.schema import MESSAGE_FIELDS, NAMED_TYPES, NODE_TYPES, RELATIONS
 from ..llm.answer_schemas import extract_schema
 from ..llm.prompts import EVOLVE_WITH_EXTRACTION
 from ..patterns import matches, split_patterns
@@ -55,12 +55,12 @@ def _schema() -> str:
     for name in CREATABLE:
         spec = NODE_TYPES[name]
         lines.append(f"{name}: " + ", ".join(c + ("*" if c in spec.required else "") for c in spec.columns
-                                              if c != "speaker"))
+                                              if c not in MESSAGE_FIELDS))
     return "\n".join(lines)
 
 
 SCHEMA_APPENDIX = _schema()  # fixed: part of the cacheable system prompt, not of each call's content
-ANSWER_SCHEMA = extract_schema({name: (tuple(c for c in NODE_TYPES[name].columns if c != "speaker"),
+ANSWER_SCHEMA = extract_schema({name: (tuple(c for c in NODE_TYPES[name].columns if c not in MESSAGE_FIELDS),
                                         NODE_TYPES[name].required) for name in CREATABLE}, RELATIONS, MAX_OPS)
 
 

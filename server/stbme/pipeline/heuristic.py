@@ -12,6 +12,7 @@ import re
 import sqlite3
 from typing import Callable
 
+from ..graph.attribution import addressed_names
 from ..graph.changes import ChangeSet
 from ..graph.cjk_names import DOTTED_NAME, TITLED_NAME
 from ..graph.model import Node, node_text, stable_id
@@ -210,21 +211,51 @@ def _speaker_text_names(msg: Message) -> tuple[str, str, list[str]] | None:
     return speaker, text, sorted(candidate_names(text) - {speaker})
 
 
-def _event_fields(speaker: str, chunk: str, participants: list[str]) -> dict:
-    return {"summary": chunk, "speaker": speaker, "participants": participants}
+def _event_fields(speaker: str, chunk: str, participants: list[str], speakers: set[str]) -> dict:
+    fields = {"summary": chunk, "speaker": speaker, "participants": participants}
+    addressed = addressed_names(chunk, speaker, speakers)
+    if addressed:   # most messages address nobody by a chat's name: their fields stay as they were
+        fields["addressed"] = addressed
+    return fields
 
 
-def event_texts(messages: list[Message], *, chunk_tokens: int) -> list[str]:
+# A chat has a few names and thousands of messages: each distinct name is one seek in the index of names (m020),
+# and so is the first message by it, where a scan would read every message's text (0.04 ms at 3,000 messages,
+# not 0.5).
+_SPEAKERS_BEFORE = """
+WITH RECURSIVE names(name) AS (
+    SELECT (SELECT min(name) FROM messages WHERE chat_id = :chat)
+    UNION ALL
+    SELECT (SELECT min(name) FROM messages WHERE chat_id = :chat AND name > names.name) FROM names
+    WHERE names.name IS NOT NULL)
+SELECT name FROM names
+WHERE name IS NOT NULL AND (SELECT min(idx) FROM messages WHERE chat_id = :chat AND name = names.name) < :index"""
+
+
+def speakers_before(conn: sqlite3.Connection, chat_id: str, index: int) -> set[str]:
+    """The names the chat's messages before `index` go by. A message may address those and its own speaker's
+    (graph/attribution.addressed_names): the names known by then, so the memories do not depend on where
+    the batches were cut, nor on messages that came later."""
+    return {r[0] for r in conn.execute(_SPEAKERS_BEFORE, {"chat": chat_id, "index": index})}
+
+
+def event_texts(messages: list[Message], *, chunk_tokens: int, speakers: set[str]) -> list[str]:
     """The texts the event memories of these messages will be embedded by, before they exist: a long
     ingest embeds the newest ones while the older messages are still being turned into memories. The
     text of an event with a speaker leaves its participants out (graph/model.node_text), so it depends
-    on the message alone."""
+    on the message and the names spoken before it (`speakers`: those before the oldest of `messages`)."""
+    known = set(speakers)
+    names = {}
+    for msg in sorted(messages, key=lambda m: m.index):
+        known.add(msg.name)
+        names[msg.index] = set(known)
     texts = []
     for msg in messages:
         parts = _speaker_text_names(msg)
         if parts is not None:
             speaker, text, _ = parts
-            texts += [node_text(_event_fields(speaker, chunk, [])) for chunk in split_chunks(text, chunk_tokens)]
+            texts += [node_text(_event_fields(speaker, chunk, [], names[msg.index]))
+                      for chunk in split_chunks(text, chunk_tokens)]
     return texts
 
 
@@ -245,8 +276,10 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
     """Write heuristic memories for messages (in index order) into the change set. Returns events made.
     `range_of(index)`: the range a message's changes are journaled with (else the change set's)."""
     graph = _Graph(cs)
+    speakers = speakers_before(cs.conn, cs.chat_id, messages[0].index) if messages else set()
     made = 0
     for msg in messages:
+        speakers.add(msg.name)   # as speakers_before counts it, whatever the message holds
         parts = _speaker_text_names(msg)
         if parts is None:
             continue
@@ -263,7 +296,7 @@ def remember_messages(cs: ChangeSet, messages: list[Message], *, chunk_tokens: i
         for part, chunk in enumerate(split_chunks(text, chunk_tokens)):
             node = cs.insert_node(Node(
                 id=stable_id("n", cs.chat_id, msg.index, part, chunk), chat_id=cs.chat_id, type="event",
-                fields=_event_fields(speaker, chunk, participants),
+                fields=_event_fields(speaker, chunk, participants, speakers),
                 importance=5.0, seq_from=msg.index, seq_to=msg.index,
                 story_time=story_time_of(msg.send_date, chunk)))
             cs.add_edge(speaker_id, node.id, "involved_in", Strength.SPEAKER)

@@ -14,7 +14,7 @@ import logging
 
 from ..graph.changes import ChangeSet
 from ..graph.model import Node, field_text, new_id, node_from_row
-from ..graph.schema import NODE_TYPES, Strength
+from ..graph.schema import MESSAGE_FIELDS, NODE_TYPES, Strength
 from ..llm.base import LLMError
 from ..store.events import record_event
 from ..tokens import count_tokens, truncate_to_tokens
@@ -227,7 +227,7 @@ class MaintainStage(LLMStage):
                 return
             lines = []
             for g, (type_, chunk) in enumerate(chunks, 1):
-                cols = ", ".join(c for c in NODE_TYPES[type_].columns if c != "speaker")
+                cols = ", ".join(c for c in NODE_TYPES[type_].columns if c not in MESSAGE_FIELDS)
                 lines.append(f"## G{g} ({type_}; fields: {cols})")
                 lines += [f"- {n.label}: {n.text()}" for n in chunk]
             value, _ = await self.ask(ctx, "compress", "\n".join(lines), language=ctx.data.get("language", "en"),

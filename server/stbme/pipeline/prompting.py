@@ -15,6 +15,7 @@ import numpy as np
 
 from ..embed import EmbeddingService
 from ..graph.model import Node, field_text, node_from_row
+from ..graph.schema import MESSAGE_FIELDS
 from ..live import LiveHub
 from ..llm.answer_schemas import ANSWER_SCHEMAS
 from ..llm.base import LLMClient, LLMError, Usage, complete_json
@@ -65,7 +66,7 @@ def memory_line(key: str, node: Node, *, max_chars: int = 320) -> str:
     parts = []
     for name, value in node.fields.items():
         text = field_text(value)
-        if text and name != "speaker":
+        if text and name not in MESSAGE_FIELDS:
             parts.append(f"{name}: {text}")
     body = " | ".join(parts)
     if len(body) > max_chars:

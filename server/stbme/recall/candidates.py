@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 
 import numpy as np
 import orjson
 
-from ..graph.attribution import without_vocatives
+from ..graph.attribution import addressed_names, without_vocatives
 from ..graph.schema import NAMED_TYPES
 from ..index import ChatIndex, LexicalIndex
-from ..pipeline.heuristic import candidate_names, mentions_name
+from ..pipeline.heuristic import candidate_names, mentions_name, speakers_before
 from ..store import Store
 from ..store.queries import count_events, nodes_by_ids, nodes_on_days
 from . import tuning
@@ -211,12 +212,19 @@ def graph_members(conn, chat_id: str, seeds: list[str]) -> list[str]:
     return _members(conn, chat_id, rare) if rare else []
 
 
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+_EVERY_MESSAGE = 1 << 62
+
+
 def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int) -> list[str]:
     """For an input that names nobody (its vocatives aside) and leans on the recent turns (newest first):
     the memories of the messages from each mention of the newest turn's known names to `after` messages
     later, for at most SUBJECT_NAMES of them, less common names only (a main character is in everything).
     Empty when the input names someone itself: its own words find that. A read: pass it a connection."""
-    said = without_vocatives(text)
+    addressed = ()
+    if _CJK.search(text):   # "艾琳，后来呢？": a name of the chat's, addressed, as the memories leave it out
+        addressed = addressed_names(text, "", speakers_before(conn, chat_id, _EVERY_MESSAGE))
+    said = without_vocatives(text, addressed=addressed)
     if candidate_names(said):
         return []
     said = said.casefold()

@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from ..graph.model import Node, field_text
-from ..graph.schema import NODE_TYPES
+from ..graph.schema import MESSAGE_FIELDS, NODE_TYPES
 from ..tokens import count_joined, count_tokens, fit_tokens
 from .snippet import focus
 from ..pipeline.timeline import format_story_date
@@ -45,7 +45,7 @@ HEADINGS = {
         "message": "楼",
     },
 }
-_HIDDEN_FIELDS = {"speaker", "participants"}
+_HIDDEN_FIELDS = {*MESSAGE_FIELDS, "participants"}
 
 
 def section_of(node: Node) -> str:
@@ -118,7 +118,7 @@ def _fixed_tokens(text: str) -> int:
 
 def has_content(fields: dict) -> bool:
     """A bare name anchor (no other field) says nothing on its own: it is not injected."""
-    return any(field_text(v) for k, v in fields.items() if k not in ("name", "speaker"))
+    return any(field_text(v) for k, v in fields.items() if k != "name" and k not in MESSAGE_FIELDS)
 
 
 def render_block(nodes: list[Node], budget_tokens: int, lang: str, *, evidence: list[Node] = (),

@@ -472,6 +472,42 @@ def m019_chinese_vocatives(conn: sqlite3.Connection) -> None:
                                                     or _SUFFIX_AFTER_COMMA.search(text))])
 
 
+# m020's copy of graph/attribution.py's rule as it was then: a name standing alone between commas or a
+# sentence's edges. A migration keeps the rule it was written with.
+_CLAUSE = ("(?:^|(?<=[。！？!?…\n，,—]))[\\s“\"「『*]*({names})"
+           "(?=\\s*[，,！!。？?~～…—]|[ \\t]*(?:\n|$))")
+
+
+@migration
+def m020_chat_names_addressed(conn: sqlite3.Connection) -> None:
+    """A message's memory keeps, as `addressed`, the Chinese names of the chat's earlier speakers (and its own
+    time's) that it addresses as a clause of their own ("艾琳，你来了？"); its searched and embedded text leaves
+    them out (graph/attribution.py). Written for the memories made before, which are embedded again; the saved
+    keyword indexes are rebuilt on load (index/lexical.SAVE_VERSION 6). The names of a chat's messages get an
+    index: the write path reads the names spoken before each batch (pipeline/heuristic.speakers_before)."""
+    conn.execute("CREATE INDEX messages_names ON messages (chat_id, name)")
+    names: dict[str, list[tuple[str, int]]] = {}
+    for chat_id, name, first in conn.execute("SELECT chat_id, trim(name), min(idx) FROM messages GROUP BY chat_id,"
+                                             " trim(name)"):
+        if len(name) >= 2 and re.search("[\u4e00-\u9fff]", name):
+            names.setdefault(chat_id, []).append((name, first))
+    for chat_id, spoken in names.items():
+        rows = conn.execute("SELECT id, seq_from, fields FROM nodes WHERE chat_id = ? AND type = 'event' AND"
+                            " seq_from IS NOT NULL AND json_extract(fields, '$.speaker') IS NOT NULL", (chat_id,))
+        for node_id, seq, raw in rows.fetchall():
+            fields = json.loads(raw)
+            text, speaker = fields.get("summary"), str(fields.get("speaker")).strip()
+            known = sorted((n for n, first in spoken if first <= seq and n != speaker), key=lambda n: (-len(n), n))
+            if not isinstance(text, str) or not any(n in text for n in known):
+                continue
+            pattern = re.compile(_CLAUSE.format(names="|".join(map(re.escape, known))))
+            addressed = sorted({m.group(1) for m in pattern.finditer(text)})
+            if addressed:
+                fields["addressed"] = addressed
+                conn.execute("UPDATE nodes SET fields = ?, embedder = NULL WHERE id = ?",
+                             (json.dumps(fields, ensure_ascii=False, separators=(",", ":")), node_id))
+
+
 @hub_migration
 def h001_hub(conn: sqlite3.Connection) -> None:
     _run_script(

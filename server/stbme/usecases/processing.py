@@ -18,7 +18,7 @@ from ..pipeline.batch import BatchRunner, Stage
 from ..pipeline.dedupe import DedupeStage
 from ..pipeline.evolve import EvolveStage
 from ..pipeline.extract import ExtractStage
-from ..pipeline.heuristic import HeuristicStage, event_texts
+from ..pipeline.heuristic import HeuristicStage, event_texts, speakers_before
 from ..pipeline.maintain import MaintainStage
 from ..pipeline.sync import load_messages, undo_memories_from
 from ..store import Store
@@ -167,8 +167,9 @@ class ChatProcessor:
                 low = max(processed + 1, high - AHEAD_STEP_MESSAGES + 1, newest - AHEAD_MAX_MESSAGES + 1)
                 if low > high:
                     return
-                messages = await self.store.read(lambda conn: load_messages(conn, chat_id, low, high))
-                newest_first = event_texts(messages[::-1], chunk_tokens=chunk_tokens)
+                messages, speakers = await self.store.read(
+                    lambda conn: (load_messages(conn, chat_id, low, high), speakers_before(conn, chat_id, low)))
+                newest_first = event_texts(messages[::-1], chunk_tokens=chunk_tokens, speakers=speakers)
                 texts = [t for t in dict.fromkeys(newest_first) if t not in sent]
                 made = 0
                 for i in range(0, len(texts), AHEAD_TEXTS_PER_CALL):

@@ -33,6 +33,7 @@ test('one message reads "msg 8", a range "msgs 3–8"', () => {
 test('field names read as words', () => {
     assert.equal(fieldLabel('summary'), 'Summary');
     assert.equal(fieldLabel('speaker'), 'Speaker');
+    assert.equal(fieldLabel('addressed'), 'Names addressed');   // the chat's names a message only addresses
     assert.equal(fieldLabel('core_note'), 'Core note');
     assert.equal(fieldLabel('some_new_field'), 'Some new field');
 });
