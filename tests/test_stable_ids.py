@@ -21,6 +21,9 @@ CHAT = [
     {"role": "assistant", "name": "Mara", "text": "Thanks, Ivo! The compass still points home."},
     {"role": "user", "name": "Ivo", "text": "Where does she keep the compass?"},
     {"role": "assistant", "name": "Mara", "text": "In the tin box, where it always was."},
+    # The user steering the story: DNA directives, memories of their own
+    {"role": "user", "name": "Ivo", "text": "Quick correction, Mara's hair is grey, not brown. (OOC: please stop "
+                                            "ending every reply with a question.)"},
 ] + [{"role": "user" if i % 2 == 0 else "assistant", "name": "Ivo" if i % 2 == 0 else "Mara",
       "text": f"The gulls circle the harbour wall, turn {i}."} for i in range(12)]   # recall skips the newest
 
@@ -45,6 +48,7 @@ async def test_the_same_chat_brought_in_twice_has_the_same_ids_and_ranking(tmp_p
     first, second = await _brought_in(tmp_path / "a"), await _brought_in(tmp_path / "b")
     nodes, ranked = first
     assert sum(n[1] == "event" for n in nodes) > len(CHAT), "the long message is cut into several memories"
+    assert {"correction", "preference"} <= {n[1] for n in nodes}, "the directives have ids of the same kind"
     assert first == second and ranked
 
 

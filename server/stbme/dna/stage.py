@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 import numpy as np
 
 from ..graph.changes import ChangeSet
-from ..graph.model import Node, new_id, node_from_row, node_text
+from ..graph.model import Node, node_from_row, node_text, stable_id
 from ..graph.schema import MESSAGE_FIELDS, Strength
 from ..hashing import text_hash
 from ..policy import REINFORCE_STEP
@@ -134,7 +134,10 @@ class SignalStage(BaseStage):
             gene, score = assets.select_gene(genes, [sig.to_json()]) if gep else (PLAIN_GENE, 1.0)
             plan = Plan(sig, vec, "ignored", moment, gene=gene, score=score)
             if gene is not None and gene.has("create_directive"):
-                plan.outcome, plan.node_id = "created", new_id("n")
+                # Made of its message and words, as a message's memories are: rankings break ties by id, so a
+                # random one ranked the same chat differently after each ingest (docs/evaluation.md).
+                plan.outcome = "created"
+                plan.node_id = stable_id("n", ctx.chat_id, "directive", sig.index, sig.type, sig.content)
                 partner = repair.find_loop_partner(sig.type, vec, sig.content, known, moment) if loops else None
                 if partner is not None:
                     plan.loop = (partner[0].id, partner[1], moment - partner[0].moment)
@@ -181,13 +184,13 @@ class SignalStage(BaseStage):
             text = node_text(fields)
             importance = next((a["importance"] for a in plan.gene.actions
                                if a["op"] == "create_directive" and "importance" in a), DEFAULT_IMPORTANCE[sig.type])
-            cs.insert_node(Node(
+            plan.node_id = cs.insert_node(Node(   # a random id if that one is taken (ChangeSet.insert_node)
                 id=plan.node_id, chat_id=cs.chat_id, type=sig.type, fields=fields, importance=importance,
                 weight=DIRECTIVE_START_WEIGHT, last_access=plan.moment,
                 seq_from=sig.index, seq_to=sig.index, tags=["dna"] + (["ooc"] if sig.ooc else []),
                 embedding=np.asarray(plan.vector, dtype=np.float32), embedder=embedder_id, text_hash=text_hash(text),
                 evolution=[{"kind": "signal", "confidence": sig.confidence, "pattern": sig.pattern,
-                            "gene": plan.gene.id, "score": plan.score}], source="dna"))
+                            "gene": plan.gene.id, "score": plan.score}], source="dna")).id
             apply_ops(cs, plan.node_id, plan.gene.ops("directive"))
             if plan.loop is not None:
                 partner_id, similarity, gap = plan.loop
