@@ -181,7 +181,10 @@ def test_a_small_chat_is_searched_exactly_whatever_order_it_was_built_in():
         sims = vecs @ (q / np.linalg.norm(q))
         best = [ids[i] for i in np.argsort(-sims, kind="stable")[:20]]
         assert [n for n, _ in forward.query(q, 20)] == best
-        assert forward.query(q, 20) == backward.query(q, 20)
+        # The same answer; a row's product may differ in its last bit with its place in the matrix (BLAS blocks).
+        ahead, behind = forward.query(q, 20), backward.query(q, 20)
+        assert [n for n, _ in ahead] == [n for n, _ in behind]
+        assert np.allclose([s for _, s in ahead], [s for _, s in behind], rtol=0, atol=1e-6)
 
 
 def test_past_exact_max_the_graph_answers(monkeypatch):

@@ -134,14 +134,11 @@ class ChatIndex:
 
     # -- the scanned copy -------------------------------------------------------------------------
     def _exact_init(self, labels: int) -> None:
-        """A scanned copy with room for `labels` labels (and growth), or none for a chat past EXACT_MAX."""
-        if labels > EXACT_MAX:
-            self._exact = self._inverse_norm = self._live = None
-            return
-        rows = min(EXACT_MAX, max(labels, MIN_CAPACITY))
-        self._exact = np.zeros((rows, self.dim), dtype=np.float32)   # the vectors as given (read back as such)
-        self._inverse_norm = np.zeros(rows, dtype=np.float32)
-        self._live = np.zeros(rows, dtype=bool)
+        """A scanned copy with room for `labels` labels, or none for a chat past EXACT_MAX."""
+        self._exact = np.zeros((0, self.dim), dtype=np.float32)   # the vectors as hnswlib hands them back
+        self._inverse_norm = np.zeros(0, dtype=np.float32)
+        self._live = np.zeros(0, dtype=bool)
+        self._exact_reserve(max(labels, MIN_CAPACITY))
 
     def _set_exact(self, labels: np.ndarray, vectors: np.ndarray) -> None:
         norms = np.linalg.norm(vectors, axis=1)
