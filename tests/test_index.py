@@ -220,3 +220,96 @@ def test_a_loaded_small_chat_is_searched_exactly_again(tmp_path):
         assert loaded.query(q, 30) == index.query(q, 30)
     assert "n0" not in {n for n, _ in loaded.query(vecs[0], 30)}
     assert np.array_equal(loaded.vectors(["n7"]), index.vectors(["n7"]))
+
+
+def _saved_small_chat(tmp_path, n=1200):
+    vecs = _cone(np.random.default_rng(10), n)
+    index = ChatIndex(32, "test", ef_search=10)
+    index.upsert([f"n{i}" for i in range(n)], vecs, [1] * n)
+    index.remove(["n0"])
+    index.save(tmp_path / "c")
+    return index
+
+
+def test_a_loaded_small_chat_reads_its_scanned_copy_from_the_saved_file(tmp_path):
+    import orjson
+
+    from stbme.index.hnsw import _file_digest
+
+    index = _saved_small_chat(tmp_path)
+    meta_path = tmp_path / "c.json"
+    meta = orjson.loads(meta_path.read_bytes())
+    copy_path = tmp_path / meta["exact"]["file"]
+    # A copy that differs from the graph, with a checksum that fits: the load must take the file's rows.
+    np.save(copy_path, np.load(copy_path) * 2, allow_pickle=False)
+    meta["exact"]["digest"] = _file_digest(copy_path)
+    meta_path.write_bytes(orjson.dumps(meta))
+    loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32)
+    assert np.array_equal(loaded.vectors(["n7"]), index.vectors(["n7"]) * 2)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "missing", "older save", "other shape"])
+def test_a_damaged_or_absent_scanned_copy_is_rebuilt_from_the_graph(tmp_path, damage):
+    import orjson
+
+    from stbme.index.hnsw import _file_digest
+
+    index = _saved_small_chat(tmp_path)
+    meta_path = tmp_path / "c.json"
+    meta = orjson.loads(meta_path.read_bytes())
+    copy_path = tmp_path / meta["exact"]["file"]
+    if damage == "garbage":
+        copy_path.write_bytes(b"garbage")
+    elif damage == "truncated":
+        copy_path.write_bytes(copy_path.read_bytes()[:-100])
+    elif damage == "missing":
+        copy_path.unlink()
+    elif damage == "older save":   # saved before the copy was: no entry in the metadata
+        del meta["exact"]
+    else:
+        np.save(copy_path, np.load(copy_path)[:-1], allow_pickle=False)
+        meta["exact"]["digest"] = _file_digest(copy_path)
+    meta_path.write_bytes(orjson.dumps(meta))
+    loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32)
+    assert loaded.exact
+    assert np.array_equal(loaded.vectors(["n7", "n900"]), index.vectors(["n7", "n900"]))
+    for q in _cone(np.random.default_rng(11), 5):
+        assert loaded.query(q, 30) == index.query(q, 30)
+
+
+def test_a_save_keeps_one_scanned_copy_and_none_past_exact_max(tmp_path, monkeypatch):
+    import stbme.index.hnsw as hnsw
+
+    index = _saved_small_chat(tmp_path)
+    index.save(tmp_path / "c")
+    assert len(list(tmp_path.glob("c.*.npy"))) == 1 and len(list(tmp_path.glob("c.*.bin"))) == 1
+    monkeypatch.setattr(hnsw, "EXACT_MAX", 1500)
+    index.upsert([f"m{i}" for i in range(400)], _cone(np.random.default_rng(12), 400), [1] * 400)
+    assert not index.exact
+    index.save(tmp_path / "c")
+    assert not list(tmp_path.glob("c.*.npy")) and len(list(tmp_path.glob("c.*.bin"))) == 1
+    loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32)
+    assert not loaded.exact and len(loaded) == len(index)
+
+
+def test_a_save_that_dies_before_its_metadata_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    import stbme.index.hnsw as hnsw
+
+    index = _saved_small_chat(tmp_path)
+    before = index.query(_cone(np.random.default_rng(13), 1, 32)[0], 30)
+    index.upsert(["late"], _cone(np.random.default_rng(14), 1, 32), [1])
+    real_replace = hnsw.os.replace
+
+    def dies_at_the_metadata(src, dst):
+        if str(dst).endswith(".json"):
+            raise OSError("killed")   # as kill -9 after the new index and copy were written
+        real_replace(src, dst)
+    monkeypatch.setattr(hnsw.os, "replace", dies_at_the_metadata)
+    with pytest.raises(OSError):
+        index.save(tmp_path / "c")
+    monkeypatch.setattr(hnsw.os, "replace", real_replace)
+    loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32)
+    assert "late" not in loaded and loaded.exact
+    assert loaded.query(_cone(np.random.default_rng(13), 1, 32)[0], 30) == before
+    loaded.save(tmp_path / "c")   # the next save clears what the dead one left
+    assert len(list(tmp_path.glob("c.*.npy"))) == 1 and len(list(tmp_path.glob("c.*.bin"))) == 1
