@@ -313,3 +313,40 @@ def test_a_save_that_dies_before_its_metadata_leaves_the_previous_one_whole(tmp_
     assert loaded.query(_cone(np.random.default_rng(13), 1, 32)[0], 30) == before
     loaded.save(tmp_path / "c")   # the next save clears what the dead one left
     assert len(list(tmp_path.glob("c.*.npy"))) == 1 and len(list(tmp_path.glob("c.*.bin"))) == 1
+
+
+@pytest.mark.parametrize("writing", ["the scanned copy", "the metadata"])
+def test_an_upsert_while_a_save_writes_is_not_in_that_save(tmp_path, monkeypatch, writing):
+    import stbme.index.hnsw as hnsw
+
+    index = ChatIndex(32, "test")
+    vecs = _cone(np.random.default_rng(15), 50)
+    index.upsert([f"n{i}" for i in range(50)], vecs, [1] * 50)
+    saved_n1 = index.vectors(["n1"]).copy()
+    module, name = (hnsw.np, "save") if writing == "the scanned copy" else (hnsw.orjson, "dumps")
+    real = getattr(module, name)
+
+    def an_upsert_comes_first(*args, **kwargs):
+        # The save thread has let go of the lock; the loop thread adds a memory and re-embeds another.
+        monkeypatch.setattr(module, name, real)
+        index.upsert(["late", "n1"], _cone(np.random.default_rng(16), 2), [1, 2])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, an_upsert_comes_first)
+    index.save(tmp_path / "c")
+    loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32)
+    assert "late" not in loaded and loaded.rev_of["n1"] == 1   # the save's state: the store reconciles the rest
+    assert np.array_equal(loaded.vectors(["n1"]), saved_n1)
+
+
+def test_metadata_naming_labels_its_file_lacks_is_a_mismatch(tmp_path):
+    import orjson
+
+    index = ChatIndex(8, "m")
+    index.upsert(["a", "b"], np.eye(2, 8, dtype=np.float32), [1, 1])
+    index.save(tmp_path / "idx")
+    meta_path = tmp_path / "idx.json"
+    meta = orjson.loads(meta_path.read_bytes())
+    meta["labels"]["late"], meta["revs"]["late"] = 2, 1   # as an older revision's save could write
+    meta_path.write_bytes(orjson.dumps(meta))
+    with pytest.raises(IndexMismatch, match="labels its file does not hold"):
+        ChatIndex.load(tmp_path / "idx", embedder_id="m", dim=8)

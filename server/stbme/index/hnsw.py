@@ -236,14 +236,17 @@ class ChatIndex:
                 "version": META_VERSION, "gen": gen, "file": bin_path.name, "dim": self.dim,
                 "embedder": self.embedder_id, "space": "cosine", "m": self.m, "digest": digest,
                 "ef_construction": self.ef_construction, "next_label": self.next_label,
-                "labels": self.label_of, "revs": self.rev_of,
+                # Copies taken under the lock: an upsert may run as soon as it is released, and the
+                # metadata must describe the index file just written, not one label more.
+                "labels": dict(self.label_of), "revs": dict(self.rev_of),
             }
-            if self._exact is not None:
-                tmp = copy_path.with_suffix(".tmp")
-                with open(tmp, "wb") as fh:
-                    np.save(fh, self._exact[:self.next_label], allow_pickle=False)
-                meta["exact"] = {"file": copy_path.name, "digest": _file_digest(tmp)}
-                os.replace(tmp, copy_path)
+            copy = self._exact[:self.next_label].copy() if self._exact is not None else None
+        if copy is not None:
+            tmp = copy_path.with_suffix(".tmp")
+            with open(tmp, "wb") as fh:
+                np.save(fh, copy, allow_pickle=False)
+            meta["exact"] = {"file": copy_path.name, "digest": _file_digest(tmp)}
+            os.replace(tmp, copy_path)
         tmp_meta = base.with_name(base.name + ".json.tmp")
         with open(tmp_meta, "wb") as fh:
             fh.write(orjson.dumps(meta))
@@ -274,6 +277,10 @@ class ChatIndex:
         if _file_digest(bin_path) != meta.get("digest"):
             raise IndexMismatch("index file damaged (checksum differs)")
         labels = {k: int(v) for k, v in meta["labels"].items()}
+        if (any(not 0 <= label < meta["next_label"] for label in labels.values())
+                or not meta["revs"].keys() <= labels.keys()):
+            # Saved by an older revision while an upsert ran: it names labels its index file does not hold.
+            raise IndexMismatch("index metadata names labels its file does not hold")
         self = cls.__new__(cls)
         self.dim, self.embedder_id, self.m = dim, embedder_id, meta["m"]
         self.ef_construction, self.ef_search = meta["ef_construction"], ef_search
