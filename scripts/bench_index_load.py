@@ -15,8 +15,6 @@ a load's cost does not depend on what they say.
 
 from __future__ import annotations
 
-import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +24,8 @@ import click
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_ingest_parts import pct  # noqa: E402
 from stbme.index import hnsw  # noqa: E402
 from stbme.index.hnsw import ChatIndex  # noqa: E402
 
@@ -41,10 +41,6 @@ def timed(fn) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q))
 
 
 def measure(size: int, dim: int, runs: int, into: Path) -> dict:
@@ -98,7 +94,7 @@ def main(sizes: str, dim: int, runs: int) -> None:
     for r in rows:
         click.echo(f"{r['size']:>9,} | {ms(r['load_with'], 50)}  {ms(r['load_with'], 95)}    |"
                    f" {ms(r['load_without'], 50)}  {ms(r['load_without'], 95)}    |"
-                   f" {statistics.median(r['load_with']) / statistics.median(r['load_without']):8.2f}x |"
+                   f" {pct(r['load_with'], 50) / pct(r['load_without'], 50):8.2f}x |"
                    f" {ms(r['save_with'], 50):>14} | {ms(r['save_without'], 50):>12} |"
                    f" {r['index_mb']:.1f} + {r['copy_mb']:.1f}")
 
