@@ -78,6 +78,7 @@ READ_ABLATIONS = {
     "no importance (IMPORTANCE_WEIGHT 0)": ("tuning", {"IMPORTANCE_WEIGHT": 0.0}),
     "no recency (RECENCY_WEIGHT 0)": ("tuning", {"RECENCY_WEIGHT": 0.0}),
     "no near-dup drop (DUPLICATE_SIMILARITY 1)": ("tuning", {"DUPLICATE_SIMILARITY": 1.0}),
+    "common terms length-normalised (COMMON_TERM_SHARE 0)": ("tuning", {"COMMON_TERM_SHARE": 0.0}),
     "long input: the 4 recent turns and the question as one input": ("query", "long"),
 }
 # The product's own single rankings: the bar compares the fused ranking with each, so they run on

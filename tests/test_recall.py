@@ -40,6 +40,28 @@ def test_bm25_prefers_rare_terms_and_handles_removal():
     assert index.search("钥匙在哪里", 3)[0][0] == "zh"
 
 
+def test_bm25_scores_a_term_of_a_tenth_of_the_memories_without_length_normalisation(monkeypatch):
+    """A speaker's name starts half a two-person chat's memories ("Elise: ..."): a question naming her must
+    not prefer her shortest messages. A rarer term keeps BM25's length normalisation."""
+    from stbme.index import lexical
+
+    walk = "we walked along the harbour road past the fish market and the lighthouse keeper's old cottage"
+    index = LexicalIndex()
+    for i in range(20):
+        index.upsert(f"e{i:02}", f"Elise: {walk} {i}")
+        index.upsert(f"k{i:02}", f"Kate: {walk} {i}")
+    index.upsert("short", "Elise: Hello! Any date updates?")
+    index.upsert("long", f"Elise: I would love to invest in abstract art later on, once {walk}")
+    index.upsert("brief", "Kate: invest wisely")
+    by_elise = dict(index.search("Elise", 50))
+    assert len(by_elise) == 22 and len(set(by_elise.values())) == 1   # her every message alike
+    assert [n for n, _ in index.search("Elise", 3)] == ["e00", "e01", "e02"]   # ties by node id
+    invest = dict(index.search("invest", 5))
+    assert invest["brief"] > invest["long"]   # a rare term: the shorter text is more about it
+    monkeypatch.setattr(lexical, "COMMON_TERM_SHARE", 0.0)
+    assert index.search("Elise", 1)[0][0] == "short"   # what it was: her shortest message first
+
+
 def test_lexical_compaction_keeps_results():
     index = LexicalIndex()
     for i in range(3000):

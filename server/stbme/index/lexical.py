@@ -30,6 +30,14 @@ from .cache import PerChatCache
 log = logging.getLogger("stbme.lexical")
 K1 = 1.2
 B = 0.75
+# A term in at least this share of a chat's memories says how its memories are written, not what one is about:
+# above all the speakers' names ("Elise: ..." starts half the memories of a two-person chat). BM25's length
+# normalisation turned such a term into a preference for short memories: for a question naming Elise, her
+# "Hello Kate! Any date updates?" outranked her long messages. So it is scored without length normalisation
+# (BM25F's b = 0, as for a speaker field); rarer terms keep B. Public sets' tuned-on half, R@10 EN all / ZH all:
+# .514 / .247 at 0 (off), .522 / .252 at 0.05, .526 / .253 at 0.1, .525 / .247 at 0.2 and 0.3 (docs/evaluation.md,
+# "Common terms scored without length normalisation"). recall/tuning.py overrides it for the evaluation.
+COMMON_TERM_SHARE = 0.1
 
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
@@ -262,13 +270,14 @@ class LexicalIndex:
         norm = self._length_norm()
         scores = np.zeros(len(self.node_of), dtype=np.float32)
         n = self.live
+        common = COMMON_TERM_SHARE * n if COMMON_TERM_SHARE > 0 else math.inf
         for term in terms:
             docs, tfs = self._term_arrays(term)
             df = self._live_df(term)
             if df == 0:
                 continue
             idf = _idf(n, df)
-            scores[docs] += idf * tfs * (K1 + 1) / (tfs + norm[docs])
+            scores[docs] += idf * tfs * (K1 + 1) / (tfs + (K1 if df >= common else norm[docs]))
         scores *= active
         return scores
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 
+from ..index import lexical
+
 CANDIDATES = 100             # memories each ranked list (keywords, vectors, per part of the input) brings to fusion
 LEXICAL_WEIGHT = 2.0         # weight of the keyword (BM25) lists in reciprocal-rank fusion
 LEXICAL_WEIGHT_CJK = 1.0     # ... for a Chinese (CJK) input, whose keywords are character bigrams (None: the same)
@@ -74,6 +76,8 @@ MIN_BM25 = 1.0               # a memory found by keywords alone needs this BM25 
 DUPLICATE_SIMILARITY = 0.97  # a memory this similar (cosine) to a better one shown is left out
 
 _NAMES = {name for name in dir() if name.isupper() and not name.startswith("_")}
+# BM25's own numbers live with it (index/lexical.py); the evaluation overrides them here all the same.
+_LEXICAL_NAMES = {"COMMON_TERM_SHARE"}
 
 
 def _override() -> None:
@@ -81,11 +85,15 @@ def _override() -> None:
     if not raw:
         return
     values = json.loads(raw)
-    unknown = set(values) - _NAMES
+    unknown = set(values) - _NAMES - _LEXICAL_NAMES
     if unknown:
-        raise ValueError(f"STBME_RECALL_TUNING: unknown names {sorted(unknown)}; known: {sorted(_NAMES)}")
+        known = sorted(_NAMES | _LEXICAL_NAMES)
+        raise ValueError(f"STBME_RECALL_TUNING: unknown names {sorted(unknown)}; known: {known}")
     for name, value in values.items():
-        globals()[name] = tuple(value) if isinstance(value, list) else value
+        if name in _LEXICAL_NAMES:
+            setattr(lexical, name, value)
+        else:
+            globals()[name] = tuple(value) if isinstance(value, list) else value
 
 
 _override()
