@@ -56,6 +56,8 @@ def test_bm25_scores_a_term_of_a_tenth_of_the_memories_without_length_normalisat
     by_elise = dict(index.search("Elise", 50))
     assert len(by_elise) == 22 and len(set(by_elise.values())) == 1   # her every message alike
     assert [n for n, _ in index.search("Elise", 3)] == ["e00", "e01", "e02"]   # ties by node id
+    # Above the cut, then the tied ones it needs, by node id.
+    assert [n for n, _ in index.search("Elise invest", 4)] == ["brief", "long", "e00", "e01"]
     invest = dict(index.search("invest", 5))
     assert invest["brief"] > invest["long"]   # a rare term: the shorter text is more about it
     monkeypatch.setattr(lexical, "COMMON_TERM_SHARE", 0.0)

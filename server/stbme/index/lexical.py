@@ -8,6 +8,7 @@ lists of the query terms.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import math
 import os
@@ -311,11 +312,17 @@ class LexicalIndex:
         hits = np.flatnonzero(scores > 0)
         if hits.size == 0:
             return []
-        if hits.size > k:  # keep every document tied with the k-th score, then cut after ordering
-            kth = -np.partition(-scores[hits], k - 1)[k - 1]
-            hits = hits[scores[hits] >= kth]
-        # Equal scores are ordered by node id, never by slot: slots depend on edit history.
         node_of = self.node_of
+        if hits.size > k:
+            # Equal scores are ordered by node id, never by slot (slots depend on edit history), so of the
+            # documents tied with the k-th score the smallest ids are kept. A speaker's name scores all her
+            # messages alike (COMMON_TERM_SHARE): thousands can tie, and only the few needed are ordered.
+            kth = -np.partition(-scores[hits], k - 1)[k - 1]
+            above, tied = hits[scores[hits] > kth], hits[scores[hits] == kth]
+            if above.size + tied.size > k:
+                tied = np.asarray(heapq.nsmallest(k - above.size, tied.tolist(), key=node_of.__getitem__),
+                                  dtype=hits.dtype)
+            hits = np.concatenate([above, tied])
         # The scores as Python floats once (the same values), not a numpy scalar per comparison.
         ranked = sorted(zip(scores[hits].tolist(), hits.tolist()), key=lambda h: (-h[0], node_of[h[1]]))[:k]
         return [(node_of[i], score) for score, i in ranked]

@@ -35,6 +35,12 @@ def _sentences(text: str) -> tuple[str, ...]:
     return tuple(out + [tail] if tail else out)
 
 
+@functools.lru_cache(maxsize=1024)
+def _folded(text: str) -> tuple[str, ...]:
+    # The sentences lowercased: the same long memories are focused for question after question.
+    return tuple(sentence.lower() for sentence in _sentences(text))
+
+
 def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     """`text` when it fits `max_tokens` or shares no weighted word; else its best sentences (each with the
     next one) in story order, gaps marked, within about `max_tokens` (the caller still caps the line).
@@ -43,12 +49,15 @@ def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     if max_tokens <= 0 or not weights or estimate_tokens(text) <= max_tokens:
         return text
     parts = sentences(text)
+    folded = _folded(text)
+    # A term is a lowercased word stem or a CJK bigram: finding it in the lowercased sentence is enough
+    # here (a stem may also match a longer word), and far cheaper than tokenizing each sentence. Only the
+    # terms found in the sentences joined are looked for in each (most of a question's are in none).
+    joined = "\0".join(folded)
+    present = [(term, w) for term, w in weights.items() if term in joined]
     scored = []
-    for i, sentence in enumerate(parts):
-        # A term is a lowercased word stem or a CJK bigram: finding it in the lowercased sentence is
-        # enough here (a stem may also match a longer word), and far cheaper than tokenizing each sentence.
-        folded = sentence.lower()
-        score = sum(w for term, w in weights.items() if term in folded)
+    for i, sentence in enumerate(folded):
+        score = sum(w for term, w in present if term in sentence)
         if score > 0:
             scored.append((-score, i))
     if not scored:
