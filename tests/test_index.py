@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
-from stbme.index.hnsw import ChatIndex, IndexMismatch
+from conftest import DEADLINE_S, wait_for_sync
+from stbme.index.hnsw import EXACT_MAX, ChatIndex, IndexMismatch
 
 
 def unit(rng, n, dim=16):
@@ -315,7 +318,7 @@ def test_a_save_that_dies_before_its_metadata_leaves_the_previous_one_whole(tmp_
     assert len(list(tmp_path.glob("c.*.npy"))) == 1 and len(list(tmp_path.glob("c.*.bin"))) == 1
 
 
-@pytest.mark.parametrize("writing", ["the scanned copy", "the metadata"])
+@pytest.mark.parametrize("writing", ["the index file's digest", "the scanned copy", "the metadata"])
 def test_an_upsert_while_a_save_writes_is_not_in_that_save(tmp_path, monkeypatch, writing):
     import stbme.index.hnsw as hnsw
 
@@ -323,7 +326,8 @@ def test_an_upsert_while_a_save_writes_is_not_in_that_save(tmp_path, monkeypatch
     vecs = _cone(np.random.default_rng(15), 50)
     index.upsert([f"n{i}" for i in range(50)], vecs, [1] * 50)
     saved_n1 = index.vectors(["n1"]).copy()
-    module, name = (hnsw.np, "save") if writing == "the scanned copy" else (hnsw.orjson, "dumps")
+    module, name = {"the index file's digest": (hnsw, "_file_digest"), "the scanned copy": (hnsw.np, "save"),
+                    "the metadata": (hnsw.orjson, "dumps")}[writing]
     real = getattr(module, name)
 
     def an_upsert_comes_first(*args, **kwargs):
@@ -336,6 +340,104 @@ def test_an_upsert_while_a_save_writes_is_not_in_that_save(tmp_path, monkeypatch
     loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32)
     assert "late" not in loaded and loaded.rev_of["n1"] == 1   # the save's state: the store reconciles the rest
     assert np.array_equal(loaded.vectors(["n1"]), saved_n1)
+
+
+class _HeldSave:
+    """hnswlib's index with save_index held until the test lets it go (the rest passes through)."""
+
+    def __init__(self, graph):
+        self._graph = graph
+        self.writing, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._graph, name)
+
+    def save_index(self, path):
+        self.writing.set()
+        self.release.wait(2 * DEADLINE_S)
+        self._graph.save_index(path)
+
+
+@pytest.mark.parametrize("size", [50, EXACT_MAX + 1])
+def test_a_query_goes_on_while_a_save_writes_the_index_file_and_an_upsert_waits(tmp_path, size):
+    """Recall queries on the event loop: a save in a worker thread must not hold it up (it only reads the
+    index), while an upsert meanwhile must wait, or the file would hold a label its metadata lacks."""
+    index = ChatIndex(32, "test")
+    vecs = _cone(np.random.default_rng(17), size)
+    index.upsert([f"n{i}" for i in range(size)], vecs, [1] * size)
+    held = index._index = _HeldSave(index._index)
+    saver = threading.Thread(target=index.save, args=(tmp_path / "c",))
+    saver.start()
+    answered, upserted = [], threading.Event()
+    upserter = threading.Thread(target=lambda: (index.upsert(["late"], vecs[:1], [1]), upserted.set()))
+    try:
+        wait_for_sync(held.writing.is_set, "the save to start writing the index file")
+        asker = threading.Thread(target=lambda: answered.append(index.query(vecs[3], 5)))
+        asker.start()
+        wait_for_sync(lambda: answered, "a query while the index file is written")
+        assert answered[0][0][0] == "n3"
+        upserter.start()
+    finally:
+        held.release.set()
+        saver.join()
+    upserter.join()
+    assert upserted.is_set() and "late" in index
+    loaded = ChatIndex.load(tmp_path / "c", embedder_id="test", dim=32)
+    assert "late" not in loaded and len(loaded) == size   # the upsert waited for the file
+
+
+def test_the_read_write_lock_shares_reads_and_gives_a_writer_the_object_alone():
+    from stbme.index.rwlock import ReadWriteLock
+
+    lock, events = ReadWriteLock(), []
+    first_in, first_out, second_in = threading.Event(), threading.Event(), threading.Event()
+
+    def first_reader():
+        with lock.reading():
+            first_in.set()
+            first_out.wait(2 * DEADLINE_S)
+            events.append("first reader left")
+
+    def second_reader():
+        with lock.reading():
+            second_in.set()
+
+    def writer():
+        with lock.writing():
+            events.append("wrote")
+    threads = [threading.Thread(target=first_reader)]
+    threads[0].start()
+    wait_for_sync(first_in.is_set, "the first reader")
+    threads.append(threading.Thread(target=second_reader))
+    threads[1].start()
+    wait_for_sync(second_in.is_set, "a second reader beside the first")
+    threads.append(threading.Thread(target=writer))
+    threads[2].start()
+    first_out.set()
+    for thread in threads:
+        thread.join()
+    assert events == ["first reader left", "wrote"]   # the writer waited for the reader
+
+    held, leave = threading.Event(), threading.Event()
+
+    def holding_writer():
+        with lock.writing():
+            held.set()
+            leave.wait(2 * DEADLINE_S)
+            events.append("writer left")
+
+    def reader():
+        with lock.reading():
+            events.append("reader in")
+    holder = threading.Thread(target=holding_writer)
+    holder.start()
+    wait_for_sync(held.is_set, "the writer to hold the lock")
+    late_reader = threading.Thread(target=reader)
+    late_reader.start()
+    leave.set()
+    holder.join()
+    late_reader.join()
+    assert events[-2:] == ["writer left", "reader in"]   # a reader waits for a writer that holds the lock
 
 
 def test_metadata_naming_labels_its_file_lacks_is_a_mismatch(tmp_path):

@@ -28,6 +28,8 @@ import hnswlib
 import numpy as np
 import orjson
 
+from .rwlock import ReadWriteLock
+
 log = logging.getLogger("stbme.index")
 META_VERSION = 2
 MIN_CAPACITY = 1000
@@ -59,11 +61,18 @@ class ChatIndex:
         self.id_of: dict[int, str] = {}
         self.rev_of: dict[str, int] = {}       # live nodes only: the node revision indexed
         self.next_label = 0
-        self.lock = threading.RLock()
+        self._init_locks()
         # Vectors read back for recall (near-duplicates, exact similarities), by node id: hnswlib hands them
         # out as Python lists of floats, about 18 us a vector, and the same memories come up recall after recall.
         self._read_back: dict[str, np.ndarray] = {}
         self._exact_init(max(capacity, MIN_CAPACITY))
+
+    def _init_locks(self) -> None:
+        # Queries and a save read the index together; an upsert or a removal has it alone (index/rwlock.py).
+        self.lock = ReadWriteLock()
+        self._searching = threading.Lock()   # set_ef, then the search with it: one graph search at a time
+        self._reading_back = threading.Lock()   # the read-back cache, filled by readers
+        self._saving = threading.Lock()   # one save at a time: two would write the same generation's files
 
     # -- reads ----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -79,25 +88,28 @@ class ChatIndex:
 
     def query(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Nearest live nodes as (node_id, cosine similarity), best first."""
-        with self.lock:
+        with self.lock.reading():
             k = min(k, len(self.rev_of))
             if k <= 0:
                 return []
             if self._exact is not None:
                 return self._scan(vector, k)
             query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
-            while True:
-                self._index.set_ef(max(self.ef_search, k))
-                try:
-                    labels, distances = self._index.knn_query(query, k=k)
-                    break
-                except RuntimeError:
-                    # After many mark_deleted updates hnswlib may reach fewer than k live items
-                    # ("Cannot return the results in a contiguous 2D array"): ask for fewer.
-                    if k <= 1:
-                        return []
-                    k = max(1, k // 2)
+            with self._searching:
+                labels, distances = self._graph_search(query, k)
         return self._best_first(labels[0], 1.0 - distances[0].astype(np.float64))
+
+    def _graph_search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        while True:
+            self._index.set_ef(max(self.ef_search, k))
+            try:
+                return self._index.knn_query(query, k=k)
+            except RuntimeError:
+                # After many mark_deleted updates hnswlib may reach fewer than k live items
+                # ("Cannot return the results in a contiguous 2D array"): ask for fewer.
+                if k <= 1:
+                    return np.zeros((1, 0), dtype=np.uint64), np.zeros((1, 0), dtype=np.float32)
+                k = max(1, k // 2)
 
     def _scan(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The exact k nearest: every live vector's cosine."""
@@ -123,21 +135,25 @@ class ChatIndex:
         return [(node_id, sim) for _, node_id, sim in ranked]
 
     def vectors(self, node_ids: list[str]) -> np.ndarray:
-        with self.lock:
+        with self.lock.reading():
             if self._exact is not None:
                 rows = [self.label_of[n] for n in node_ids]
                 if not self._live[rows].all():
                     raise RuntimeError("a vector asked for was removed from the index")
                 return self._exact[rows].reshape(len(node_ids), self.dim)
-            missing = [n for n in dict.fromkeys(node_ids) if n not in self._read_back]
-            if missing:
-                if len(self._read_back) + len(missing) > READ_BACK_MAX:
-                    self._read_back.clear()
-                got = np.asarray(self._index.get_items([self.label_of[n] for n in missing]), dtype=np.float32)
-                self._read_back.update(zip(missing, got))
-            if not node_ids:
-                return np.zeros((0, self.dim), dtype=np.float32)
-            return np.stack([self._read_back[n] for n in node_ids])
+            with self._reading_back:
+                return self._read_back_vectors(node_ids)
+
+    def _read_back_vectors(self, node_ids: list[str]) -> np.ndarray:
+        missing = [n for n in dict.fromkeys(node_ids) if n not in self._read_back]
+        if missing:
+            if len(self._read_back) + len(missing) > READ_BACK_MAX:
+                self._read_back.clear()
+            got = np.asarray(self._index.get_items([self.label_of[n] for n in missing]), dtype=np.float32)
+            self._read_back.update(zip(missing, got))
+        if not node_ids:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._read_back[n] for n in node_ids])
 
     # -- the scanned copy -------------------------------------------------------------------------
     def _exact_init(self, labels: int) -> None:
@@ -180,7 +196,7 @@ class ChatIndex:
         if not node_ids:
             return
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(node_ids), self.dim)
-        with self.lock:
+        with self.lock.writing():
             new_ids = [n for n in dict.fromkeys(node_ids) if n not in self.label_of]
             self._ensure_capacity(len(new_ids))
             labels = {}
@@ -208,7 +224,7 @@ class ChatIndex:
                 self.rev_of[n] = rev
 
     def remove(self, node_ids: list[str]) -> None:
-        with self.lock:
+        with self.lock.writing():
             for n in node_ids:
                 self._read_back.pop(n, None)
                 if n in self.rev_of:
@@ -220,27 +236,31 @@ class ChatIndex:
     # -- persistence ----------------------------------------------------------------------------
     def save(self, base: Path) -> None:
         """Write `<base>.<gen>.bin` then the metadata `<base>.json` naming it, each atomically, so a
-        crash at any point leaves a metadata file that names a complete index."""
-        base = Path(base)
+        crash at any point leaves a metadata file that names a complete index. Queries go on meanwhile
+        (the save only reads the index); an upsert waits until the index file is written."""
+        with self._saving:
+            self._save(Path(base))
+
+    def _save(self, base: Path) -> None:
         base.parent.mkdir(parents=True, exist_ok=True)
         old_meta = _read_meta(base)
         gen = (old_meta or {}).get("gen", 0) + 1
         bin_path = base.with_name(f"{base.name}.{gen}.bin")
         copy_path = base.with_name(f"{base.name}.{gen}.npy")
-        with self.lock:
-            tmp = bin_path.with_suffix(".tmp")
+        tmp = bin_path.with_suffix(".tmp")
+        with self.lock.reading():
             self._index.save_index(str(tmp))
-            digest = _file_digest(tmp)
-            os.replace(tmp, bin_path)
             meta = {
                 "version": META_VERSION, "gen": gen, "file": bin_path.name, "dim": self.dim,
-                "embedder": self.embedder_id, "space": "cosine", "m": self.m, "digest": digest,
+                "embedder": self.embedder_id, "space": "cosine", "m": self.m,
                 "ef_construction": self.ef_construction, "next_label": self.next_label,
-                # Copies taken under the lock: an upsert may run as soon as it is released, and the
-                # metadata must describe the index file just written, not one label more.
+                # Copies taken while no writer runs: an upsert may run as soon as the lock is released, and
+                # the metadata must describe the index file just written, not one label more.
                 "labels": dict(self.label_of), "revs": dict(self.rev_of),
             }
             copy = self._exact[:self.next_label].copy() if self._exact is not None else None
+        meta["digest"] = _file_digest(tmp)   # the file is this save's own: read back without the lock
+        os.replace(tmp, bin_path)
         if copy is not None:
             tmp = copy_path.with_suffix(".tmp")
             with open(tmp, "wb") as fh:
@@ -284,7 +304,7 @@ class ChatIndex:
         self = cls.__new__(cls)
         self.dim, self.embedder_id, self.m = dim, embedder_id, meta["m"]
         self.ef_construction, self.ef_search = meta["ef_construction"], ef_search
-        self.lock = threading.RLock()
+        self._init_locks()
         self._read_back = {}
         self._index = hnswlib.Index(space="cosine", dim=dim)
         try:
