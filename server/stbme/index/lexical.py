@@ -317,8 +317,9 @@ class LexicalIndex:
             # Equal scores are ordered by node id, never by slot (slots depend on edit history), so of the
             # documents tied with the k-th score the smallest ids are kept. A speaker's name scores all her
             # messages alike (COMMON_TERM_SHARE): thousands can tie, and only the few needed are ordered.
-            kth = -np.partition(-scores[hits], k - 1)[k - 1]
-            above, tied = hits[scores[hits] > kth], hits[scores[hits] == kth]
+            hit_scores = scores[hits]
+            kth = -np.partition(-hit_scores, k - 1)[k - 1]
+            above, tied = hits[hit_scores > kth], hits[hit_scores == kth]
             if above.size + tied.size > k:
                 tied = np.asarray(heapq.nsmallest(k - above.size, tied.tolist(), key=node_of.__getitem__),
                                   dtype=hits.dtype)
