@@ -823,9 +823,20 @@ async def test_an_input_that_names_nobody_finds_what_was_said_while_the_recent_t
     # An input that names a subject itself is searched by it: the recent turn lends it no subject.
     memories = await _recalled(sidecar, "《盗梦空间》的导演是谁呢？", recent)
     assert not any("subject" in m["score_parts"] for m in memories)
-    # A main character is in everything: the turn that names only one lends no subject.
+    # A main character is in everything: the turn that names only one lends no name. The talk its words echo
+    # (message 1, "图灵破解密码的故事") is the subject instead: the director said two messages later is found.
     recent = [{"role": "user", "name": "林晓", "text": "周然昨晚又讲起图灵破解密码的故事，还是很喜欢。"}]
+    memories = await _recalled(sidecar, "导演是谁呢？", recent)
+    assert "subject" in memories[_place(memories, 3)]["score_parts"]
+    assert "subject" not in memories[_place(memories, 23)]["score_parts"]
+    monkeypatch.setattr(tuning, "SUBJECT_ECHOES", 0)
     assert not any("subject" in m["score_parts"] for m in await _recalled(sidecar, "导演是谁呢？", recent))
+    monkeypatch.undo()
+    # The other film's talk, echoed the same way, lends its own director.
+    recent = [{"role": "user", "name": "林晓", "text": "梦一层套一层，我昨晚又想起来了。"}]
+    memories = await _recalled(sidecar, "导演是谁呢？", recent)
+    assert "subject" in memories[_place(memories, 23)]["score_parts"]
+    assert "subject" not in memories[_place(memories, 3)]["score_parts"]
 
 
 async def test_a_subject_is_a_name_as_written_not_the_same_word_in_lowercase(sidecar):

@@ -10,6 +10,7 @@
 - The subject of the recent turns, for an input that names none ("导演是谁呢？" after turns about
   《模仿游戏》, "and who directed it?"): what was said while that subject was talked about before, ranked by
   the input's own words. A talk names its subject once, then speaks of its director, its year, its cast.
+  Recent turns that name no subject point at the passage their words echo, which serves the same way.
 """
 
 from __future__ import annotations
@@ -216,11 +217,14 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 _EVERY_MESSAGE = 1 << 62
 
 
-def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int) -> list[str]:
+def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int,
+                    echoes: list[str] = ()) -> list[str]:
     """For an input that names nobody (its vocatives aside) and leans on the recent turns (newest first):
     the memories of the messages from each mention of the newest turn's known names to `after` messages
     later, for at most SUBJECT_NAMES of them, less common names only (a main character is in everything).
-    Empty when the input names someone itself: its own words find that. A read: pass it a connection."""
+    When no recent turn names one, the same from each of `echoes` (the memories the recent turns' words find
+    best: the passage they echo). Empty when the input names someone itself: its own words find that. A
+    read: pass it a connection."""
     addressed = ()
     if _CJK.search(text):   # "艾琳，后来呢？": a name of the chat's, addressed, as the memories leave it out
         addressed = addressed_names(text, "", speakers_before(conn, chat_id, _EVERY_MESSAGE))
@@ -245,6 +249,9 @@ def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int
         "SELECT n.seq_to FROM edges e JOIN nodes n ON n.id = e.to_id WHERE e.chat_id = ? AND e.from_id = ? AND"
         " e.relation = 'involved_in' AND e.invalid_at IS NULL AND n.type = 'event' AND n.seq_to IS NOT NULL",
         (chat_id, a))})
+    if not subjects and echoes:
+        mentions = sorted({r["seq_to"] for r in nodes_by_ids(conn, chat_id, list(echoes), columns="id, seq_to")
+                           if r["seq_to"] is not None})
     spans: list[list[int]] = []
     for seq in mentions:   # overlapping windows read as one
         if spans and seq <= spans[-1][1] + 1:

@@ -252,7 +252,8 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         if vectors and hnsw is not None:
             rankings.append(Ranking(f"vec{i}", w_vec * share, *_split(hnsw.query(vectors[i], k))))
     if plan.reference:
-        rankings.append(Ranking("lexref", w_lex * tuning.REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
+        lexref = Ranking("lexref", w_lex * tuning.REFERENCE_SHARE, *_split(lexical.search(plan.reference, k)))
+        rankings.append(lexref)
         recent = _recent_texts(q, settings)
         if tuning.VECTOR_REFERENCE and vectors and hnsw is not None and recent:
             # The input leans on the last turn: the input's vector and that turn's (its memories' stored
@@ -263,8 +264,9 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
                 ref_vec = _unit(_unit(topic_vec) + _unit(np.mean(turn_vectors, axis=0)))
                 rankings.append(Ranking("vecref", w_vec * tuning.REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
         if tuning.SUBJECT_WEIGHT > 0 and recent:
+            echoes = lexref.ids[:tuning.SUBJECT_ECHOES]   # the passage the recent turns' words find best
             subject = store.read_inline(lambda conn: subject_members(conn, chat_id, plan.text, recent,
-                                                                     tuning.SUBJECT_AFTER))
+                                                                     tuning.SUBJECT_AFTER, echoes))
             if subject:
                 rankings.append(by_topic("subject", tuning.SUBJECT_WEIGHT, subject, lexical=lexical, index=hnsw,
                                          qvec=topic_vec, topic=plan.topic, rrf_k=RRF_K))
