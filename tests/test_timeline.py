@@ -384,3 +384,35 @@ def test_format_story_date():
     assert format_story_span(DateSpan(D(2026, 3, 2), D(2026, 3, 8)), "zh", WED) == "3月2日–8日"
     assert format_story_span(DateSpan(D(2025, 12, 29), D(2026, 1, 4)), "en", WED) == "Dec 29, 2025–Jan 4"
     assert format_story_span(DateSpan.day(D(2026, 3, 4)), "zh", WED) == "3月4日"
+
+
+@pytest.mark.parametrize("question, now, span", [
+    ("Where was Mara in early March?", WED, (D(2026, 3, 1), D(2026, 3, 10))),
+    ("What did we do in mid-January 2024?", WED, (D(2024, 1, 11), D(2024, 1, 20))),
+    ("What happened in late February?", D(2026, 2, 27), (D(2026, 2, 21), D(2026, 2, 28))),
+    ("What did Corvin say at the end of December?", WED, (D(2025, 12, 21), D(2025, 12, 31))),
+    ("And at the beginning of March?", WED, (D(2026, 3, 1), D(2026, 3, 10))),
+    ("Which place did Elise visit in the first week of 2024?", WED, (D(2024, 1, 1), D(2024, 1, 7))),
+    ("What happened in the last week of February?", WED, (D(2026, 2, 22), D(2026, 2, 28))),
+    # A date as an anchor's event: the day after it, not the date itself.
+    ("What happened the day after March 4?", WED, (D(2026, 3, 5), D(2026, 3, 5))),
+    ("And the day after the first week of March?", WED, (D(2026, 3, 8), D(2026, 3, 8))),
+    ("What did Mara do two days before March 4?", WED, (D(2026, 3, 2), D(2026, 3, 2))),
+    ("3月初他去了哪里？", WED, (D(2026, 3, 1), D(2026, 3, 10))),
+    ("去年12月下旬发生了什么？", WED, (D(2025, 12, 21), D(2025, 12, 31))),
+    ("上个月底她在干什么？", WED, (D(2026, 2, 21), D(2026, 2, 28))),
+    ("1月第一周他做了什么？", WED, (D(2026, 1, 1), D(2026, 1, 7))),
+    ("12月的最后一周呢？", WED, (D(2025, 12, 25), D(2025, 12, 31))),
+])
+def test_query_parts_of_months_and_weeks_of_a_month(question, now, span):
+    qt = query_time(question, now, None, lambda phrase: None)
+    assert qt is not None and qt.span == DateSpan(*span), question
+    assert qt.kind == "absolute"
+
+
+def test_parts_of_months_in_a_message_name_no_day():
+    # Said in a message, they are as often ahead as behind ("rent is due at the end of March"): no day is placed.
+    for text in ("Rent is due at the end of March.", "We fly out in early May.", "See you the first week of June.",
+                 "月底交房租。", "3月初出发。", "6月第一周见。"):
+        assert days(text) == [], text
+    assert query_time("What happened on the day of the fair?", WED, "en", lambda phrase: D(2026, 3, 1)).kind == "anchor"

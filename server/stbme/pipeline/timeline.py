@@ -24,8 +24,8 @@ import re
 from typing import Callable
 
 from . import timeline_en, timeline_zh
-from .timeline_days import (MAX_SPAN_DAYS, AnchorFound, DateSpan, Found, last_weekday, next_weekday, pick_spans,
-                            safe_date)
+from .timeline_days import (MAX_SPAN_DAYS, AnchorFound, DateSpan, Found, days_from, last_weekday, next_weekday,
+                            pick_spans, safe_date)
 
 __all__ = ["DateSpan", "QueryTime", "parse_send_date", "mentioned_dates", "story_time_of", "query_time",
            "format_story_date", "format_story_span"]
@@ -113,6 +113,22 @@ def _weekdays_beside_dates(query: str, found: list[Found]) -> list[Found]:
             day = step(date.span.start, weekday)
             if day is not None:
                 out.append(Found(m.start(), date.end, DateSpan.day(day), "absolute"))
+    return out
+
+
+def _anchors_on_dates(anchors: list[AnchorFound], found: list[Found]) -> list[Found]:
+    """An anchor whose event is a date ("the day after March 4", "two days before the end of May") names that
+    date moved by its offset: no need to look the event up in the chat."""
+    out = []
+    for anchor in anchors:
+        # The date is the phrase, maybe with the "the" the phrase left out ("the first week of May").
+        date = next((f for f in found if f.kind == "absolute" and anchor.start <= f.start <= anchor.phrase_start
+                     and anchor.phrase_start < f.end <= anchor.phrase_end + 1), None)
+        if date is not None:
+            # "the day after the first week of May" (the 1st to the 7th): the 8th.
+            day = date.span.end if anchor.offset > 0 else date.span.start
+            span = date.span if anchor.offset == 0 else DateSpan.day(days_from(day, anchor.offset) or day)
+            out.append(Found(anchor.start, max(anchor.end, date.end), span, "absolute"))
     return out
 
 
@@ -207,13 +223,15 @@ def query_time(query: str, now: dt.date, lang: str | None = None,
     # "Where is the key today?", "你今天在哪": a question about the present names no day to search;
     # today's messages are the ones still in the prompt.
     every = _find(query, now, lang, query=True)
-    found = [f for f in every if f.span != DateSpan.day(now) and not _bounds(query, f)]
-    found += _weekdays_beside_dates(query, every)
+    anchors = [a for reader in _readers(lang) for a in reader.find_anchors(query)]
+    dated = _anchors_on_dates(anchors, every)
+    found = [f for f in every if f.span != DateSpan.day(now) and not _bounds(query, f)
+             and not any(d.start <= f.start < d.end for d in dated)]
+    found += _weekdays_beside_dates(query, every) + dated
     if found:
         best = max(found, key=lambda f: (_RANK[f.kind], f.start))
         return QueryTime(best.kind, best.span, query[best.start:best.end], best.start, best.end,
                          _without(query, best.start, best.end), alternatives=best.alternatives)
-    anchors = [a for reader in _readers(lang) for a in reader.find_anchors(query)]
     if not anchors:
         return None
     anchor: AnchorFound = max(anchors, key=lambda a: a.start)

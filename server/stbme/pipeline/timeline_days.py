@@ -167,6 +167,39 @@ def month_span(year: int, month: int) -> DateSpan | None:
     return DateSpan(first, following - dt.timedelta(days=1)) if following else None
 
 
+# Thirds of a month: "early March" / 3月上旬 (the 1st to the 10th), "mid-March" / 中旬, "late March" / 下旬.
+MONTH_PARTS = {"early": (1, 10), "mid": (11, 20), "late": (21, 31)}
+
+
+def month_part(year: int, month: int, part: str) -> DateSpan | None:
+    """A third of the month (MONTH_PARTS); "late" runs to the month's last day."""
+    whole = month_span(year, month)
+    if whole is None:
+        return None
+    first, last = MONTH_PARTS[part]
+    return DateSpan(whole.start + dt.timedelta(days=first - 1),
+                    min(whole.end, whole.start + dt.timedelta(days=last - 1)))
+
+
+def nth_week(period: DateSpan, nth: int) -> DateSpan | None:
+    """The `nth` seven days of a month or year counted from its first day ("the first week of June": the 1st
+    to the 7th; nth 0 is the first); nth -1 is its last seven days."""
+    if nth < 0:
+        return DateSpan(period.end - dt.timedelta(days=6), period.end)
+    start = period.start + dt.timedelta(days=7 * nth)
+    return DateSpan(start, min(period.end, start + dt.timedelta(days=6))) if start <= period.end else None
+
+
+def year_span(year: int) -> DateSpan | None:
+    first, last = safe_date(year, 1, 1), safe_date(year, 12, 31)
+    return DateSpan(first, last) if first and last else None
+
+
+def nearest_past_month(ref: dt.date, month: int) -> int:
+    """The year of the latest `month` that began on or before `ref` ("in March" asked in January: last year's)."""
+    return ref.year - (month > ref.month)
+
+
 def nearest_past_month_day(ref: dt.date, month: int, day: int) -> dt.date | None:
     """`month`/`day` in the latest year that puts it on or before `ref` (29 February: the latest leap year).
     None for a day the month never has."""

@@ -1,8 +1,9 @@
 """English time expressions: the days a text names, resolved against the day it was said.
 
 Relative ("yesterday", "the day before yesterday", "last night", "two days ago", "last Thursday", "last
-week", "a month ago"), absolute ("March 4", "4th of March", "the 14th", "in March") and, for questions,
-anchored ones ("the day after the Lantern Festival"). A date without a year is its nearest past
+week", "a month ago"), absolute ("March 4", "4th of March", "the 14th") and, for questions, months and their
+parts ("in March", "early March", "the end of March", "the first week of 2024") and anchored ones ("the day
+after the Lantern Festival"). A date without a year is its nearest past
 occurrence. "last Thursday" is the latest Thursday strictly before the day (a week back when said on a
 Thursday); "next Thursday" the first one after it; "last week" the previous Monday-to-Sunday week.
 """
@@ -14,9 +15,9 @@ import re
 from typing import Iterator
 
 from .timeline_days import (
-    AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_span, nearest_past_day_of_month,
-    nearest_past_month_day, next_weekday, safe_date, same_day_earlier_months, week_earlier, week_of, weekday_in_week,
-    weekend_of, weeks_ago, has_any, scan,
+    AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_part, month_span,
+    nearest_past_day_of_month, nearest_past_month, nearest_past_month_day, next_weekday, nth_week, safe_date,
+    same_day_earlier_months, week_earlier, week_of, weekday_in_week, weekend_of, weeks_ago, year_span, has_any, scan,
 )
 
 MONTHS = {name: i + 1 for i, name in enumerate(
@@ -97,6 +98,12 @@ _DAY_FIRST = _rx(r"(?P<on>on\s+)?(?:the\s+)?(?P<d>\d{1,2})(?P<ord>st|nd|rd|th)?\
                  + r"(?:,?\s+(?P<y>\d{4}))?")
 _THE_NTH = _rx(r"(?:on\s+)?the\s+(?P<d>\d{1,2})(?:st|nd|rd|th)")
 _IN_MONTH = _rx(r"in\s+" + _MONTH + r"(?:\s+(?P<y>\d{4}))?")
+_EDGE_PART = {"beginning": "early", "start": "early", "middle": "mid", "end": "late"}
+_MONTH_PART = _rx(r"(?:(?:in|during|by|at)\s+)?(?:the\s+)?(?:(?P<part>early|mid|late)[\s-]+"
+                  r"|(?P<edge>beginning|start|middle|end)\s+of\s+)" + _MONTH + r"(?:,?\s+(?P<y>\d{4}))?")
+_NTHS = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "fourth": 3, "4th": 3, "last": -1}
+_NTH_WEEK = _rx(r"(?:(?:in|during)\s+)?the\s+(?P<nth>" + "|".join(_NTHS) + r")\s+week\s+of\s+(?:the\s+year\s+)?(?:"
+                + _MONTH + r"(?:,?\s+(?P<y>\d{4}))?|(?P<year>\d{4}))")
 _ANCHOR = _rx(r"(?:on\s+)?(?:the\s+(?P<part>day|morning|afternoon|evening|night)\s+(?P<dir>after|before)"
               r"|" + _NUM + r"\s+days?\s+(?P<dir2>after|before)"
               r"|the\s+(?:very\s+)?(?:same\s+)?(?:day|night|evening|morning)\s+of)"
@@ -170,12 +177,23 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
             continue
         day = nearest_past_day_of_month(ref, int(m["d"]))
         yield m, day and DateSpan.day(day), "absolute", same_day_earlier_months(day) if day else ()
-    for m in scan(_IN_MONTH, text, query and month):
-        if not _month_ok(m):
-            continue  # "closing in June" in a message is as often ahead as behind
+    if not query:
+        return   # below, what in a message is as often ahead as behind: "closing in June", "in early May"
+    for m in scan(_IN_MONTH, text, month):
+        if _month_ok(m):
+            month = MONTHS[m["mon"].lower()]
+            yield m, month_span(int(m["y"]) if m["y"] else nearest_past_month(ref, month), month), "absolute"
+    for m in scan(_MONTH_PART, text, month):
         month = MONTHS[m["mon"].lower()]
-        year = int(m["y"]) if m["y"] else ref.year - (month > ref.month)
-        yield m, month_span(year, month), "absolute"
+        year = int(m["y"]) if m["y"] else nearest_past_month(ref, month)
+        yield m, month_part(year, month, m["part"].lower() if m["part"] else _EDGE_PART[m["edge"].lower()]), "absolute"
+    for m in scan(_NTH_WEEK, text, "week" in low):
+        if m["year"]:
+            period = year_span(int(m["year"]))
+        else:
+            month = MONTHS[m["mon"].lower()]
+            period = month_span(int(m["y"]) if m["y"] else nearest_past_month(ref, month), month)
+        yield m, period and nth_week(period, _NTHS[m["nth"].lower()]), "absolute"
 
 
 def find_dates(text: str, ref: dt.date, *, query: bool = False) -> list[Found]:

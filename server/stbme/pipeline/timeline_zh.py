@@ -1,8 +1,8 @@
 """Chinese time expressions: the days a text names, resolved against the day it was said.
 
 Relative (昨天, 前天, 大前天, 昨晚, 三天前, 前几天, 上周四, 上个星期, 下个月, 明天, 后天…), absolute (3月4日,
-2026年3月4日, 去年12月31号, 上个月14号, 14号, 3月份) and, for questions, anchored ones (元宵节的第二天,
-大风暴前一天, 中秋后三天, 元宵节那天). A date without a year is its nearest past occurrence; 上周四 is the
+2026年3月4日, 去年12月31号, 上个月14号, 14号) and, for questions, months and their parts (3月份, 3月初, 去年12月
+下旬, 上个月底, 1月第一周) and anchored ones (元宵节的第二天, 大风暴前一天, 中秋后三天, 元宵节那天). A date without a year is its nearest past occurrence; 上周四 is the
 Thursday of the previous Monday-to-Sunday week.
 
 Lunar days (初三, 正月十五) are not read: the stories' calendars rarely follow the real lunar one, and 初三
@@ -16,9 +16,9 @@ import re
 from typing import Iterator
 
 from .timeline_days import (
-    AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_day, month_span,
-    nearest_past_day_of_month, nearest_past_month_day, safe_date, same_day_earlier_months, week_of, weekday_in_week,
-    weekend_of, weeks_ago, has_any, scan,
+    AnchorFound, DateSpan, Found, day_span, few_days_ago, last_weekday, month_day, month_part,
+    month_span, nearest_past_day_of_month, nearest_past_month, nearest_past_month_day, nth_week, safe_date,
+    same_day_earlier_months, week_of, weekday_in_week, weekend_of, weeks_ago, has_any, scan,
 )
 
 _DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九")} | {"〇": 0, "两": 2}
@@ -87,6 +87,12 @@ _MONTH_REL_DAY = re.compile(r"(?P<which>上|这|本|下)(?:个)?月(?P<d>" + _NU
 _BARE_DAY = re.compile(r"(?<![月\d零〇一二两三四五六七八九十第年])(?P<d>" + _NUM + r")(?P<unit>号|日)")
 _MONTH_NAMED = re.compile(r"(?:(?P<y>\d{4})年|(?P<yw>今年|去年|前年|明年))?(?<![\d零〇一二两三四五六七八九十第个])"
                           r"(?P<m>" + _NUM + r")月份")
+# 3月初 / 3月上旬, 月中 / 中旬, 月底 / 月末 / 下旬; of a month named (3月, 去年12月) or counted from now (上个月).
+_PART_WORD = {"初": "early", "上旬": "early", "中旬": "mid", "中": "mid", "底": "late", "末": "late", "下旬": "late"}
+_MONTH_OF = (r"(?:(?:(?P<y>\d{4})年|(?P<yw>今年|去年|前年|明年))?(?<![\d零〇一二两三四五六七八九十第个])(?P<m>" + _NUM
+             + r")月(?:份)?|(?P<which>上|这|本|下)(?:个)?月)")
+_MONTH_PART = re.compile(_MONTH_OF + r"(?:的)?(?P<part>上旬|中旬|下旬|初|中(?![午旬间心国文])|底|末)")
+_NTH_WEEK = re.compile(_MONTH_OF + r"(?:的)?(?P<nth>第[一二三四1-4]|最后一)(?:个)?(?:周|星期|礼拜)")
 _ANCHOR = re.compile(
     r"(?P<rel>(?:的)?(?:(?P<plus1>第二天|第二日|次日|隔天|隔日|翌日|后一天|后一日|转天)"
     r"|(?P<minus1>前一天|前一日|前一晚|前一夜|头一天|前夕)"
@@ -156,11 +162,31 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
         month = number(m["m"])
         if month is None or not 1 <= month <= 12:
             continue
-        if m["y"] or m["yw"]:
-            year = int(m["y"]) if m["y"] else ref.year + _YEAR_WORD[m["yw"]]
-        else:
-            year = ref.year - (month > ref.month)
-        yield m, month_span(year, month), "absolute"
+        yield m, month_span(_year_of(m, ref, month), month), "absolute"
+    if not query:
+        return   # below, what in a message is as often ahead as behind: 月底交房租, 3月初出发
+    for m in scan(_MONTH_PART, text, month):
+        whole = _month_named(m, ref)
+        yield m, whole and month_part(whole.start.year, whole.start.month, _PART_WORD[m["part"]]), "absolute"
+    for m in scan(_NTH_WEEK, text, month):
+        whole = _month_named(m, ref)
+        nth = -1 if m["nth"] == "最后一" else number(m["nth"][1:]) - 1
+        yield m, whole and nth_week(whole, nth), "absolute"
+
+
+def _year_of(m: re.Match, ref: dt.date, month: int) -> int:
+    """The year a month is of: written (2024年, 去年), else the latest that began on or before `ref`."""
+    if m["y"]:
+        return int(m["y"])
+    return ref.year + _YEAR_WORD[m["yw"]] if m["yw"] else nearest_past_month(ref, month)
+
+
+def _month_named(m: re.Match, ref: dt.date) -> DateSpan | None:
+    """The month a _MONTH_OF match names (3月, 去年12月, 上个月)."""
+    if m["which"]:
+        return month_span(ref.year, ref.month + _WHICH[m["which"]])
+    month = number(m["m"])
+    return month_span(_year_of(m, ref, month), month) if month and 1 <= month <= 12 else None
 
 
 def find_dates(text: str, ref: dt.date, *, query: bool = False) -> list[Found]:
