@@ -60,6 +60,7 @@ READ_ABLATIONS = {
     "no days (TIME_WEIGHT 0)": ("tuning", {"TIME_WEIGHT": 0.0}),
     "no graph (GRAPH_WEIGHT 0)": ("tuning", {"GRAPH_WEIGHT": 0.0}),
     "no subject of the recent turns (SUBJECT_WEIGHT 0)": ("tuning", {"SUBJECT_WEIGHT": 0.0}),
+    "no passage the recent turns echo (SUBJECT_ECHOES 0)": ("tuning", {"SUBJECT_ECHOES": 0}),
     "no latest word (LATEST_WEIGHT 0)": ("tuning", {"LATEST_WEIGHT": 0.0}),
     "no neighbours (NEIGHBOUR_SHARE 0)": ("tuning", {"NEIGHBOUR_SHARE": 0.0}),
     "neighbours: exchange (user-role rule)": ("tuning", {"NEIGHBOUR_KINDS": ["exchange"]}),
