@@ -403,6 +403,7 @@ def test_format_story_date():
     ("上个月底她在干什么？", WED, (D(2026, 2, 21), D(2026, 2, 28))),
     ("1月第一周他做了什么？", WED, (D(2026, 1, 1), D(2026, 1, 7))),
     ("12月的最后一周呢？", WED, (D(2025, 12, 25), D(2025, 12, 31))),
+    ("零月5日，3月初他在哪？", WED, (D(2026, 3, 1), D(2026, 3, 10))),   # a month that is none before it
 ])
 def test_query_parts_of_months_and_weeks_of_a_month(question, now, span):
     qt = query_time(question, now, None, lambda phrase: None)

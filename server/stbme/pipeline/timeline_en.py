@@ -3,9 +3,9 @@
 Relative ("yesterday", "the day before yesterday", "last night", "two days ago", "last Thursday", "last
 week", "a month ago"), absolute ("March 4", "4th of March", "the 14th") and, for questions, months and their
 parts ("in March", "early March", "the end of March", "the first week of 2024") and anchored ones ("the day
-after the Lantern Festival"). A date without a year is its nearest past
-occurrence. "last Thursday" is the latest Thursday strictly before the day (a week back when said on a
-Thursday); "next Thursday" the first one after it; "last week" the previous Monday-to-Sunday week.
+after the Lantern Festival"). A date without a year is its nearest past occurrence. "last Thursday" is the
+latest Thursday strictly before the day (a week back when said on a Thursday); "next Thursday" the first one
+after it; "last week" the previous Monday-to-Sunday week.
 """
 
 from __future__ import annotations
@@ -164,10 +164,10 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
         for m in scan(_BARE_WEEKDAY, text, weekday):
             day = last_weekday(ref, WEEKDAYS[m["wd"].lower()])
             yield m, day and DateSpan.day(day), "relative", week_earlier(day) if day else ()
-    month = has_any(low, _MONTH_HINTS)
+    names_month = has_any(low, _MONTH_HINTS)
     digit = _DIGIT.search(text) is not None
     for rx in (_MONTH_FIRST, _DAY_FIRST):
-        for m in scan(rx, text, month and digit):
+        for m in scan(rx, text, names_month and digit):
             if not _month_ok(m) or (not m["y"] and _NOT_A_DAY_AFTER.match(text, m.end())):
                 continue
             yield m, _absolute(ref, MONTHS[m["mon"].lower()], int(m["d"]), m["y"]), "absolute"
@@ -179,11 +179,11 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
         yield m, day and DateSpan.day(day), "absolute", same_day_earlier_months(day) if day else ()
     if not query:
         return   # below, what in a message is as often ahead as behind: "closing in June", "in early May"
-    for m in scan(_IN_MONTH, text, month):
+    for m in scan(_IN_MONTH, text, names_month):
         if _month_ok(m):
             month = MONTHS[m["mon"].lower()]
             yield m, month_span(int(m["y"]) if m["y"] else nearest_past_month(ref, month), month), "absolute"
-    for m in scan(_MONTH_PART, text, month):
+    for m in scan(_MONTH_PART, text, names_month):
         month = MONTHS[m["mon"].lower()]
         year = int(m["y"]) if m["y"] else nearest_past_month(ref, month)
         yield m, month_part(year, month, m["part"].lower() if m["part"] else _EDGE_PART[m["edge"].lower()]), "absolute"

@@ -2,8 +2,8 @@
 
 Relative (昨天, 前天, 大前天, 昨晚, 三天前, 前几天, 上周四, 上个星期, 下个月, 明天, 后天…), absolute (3月4日,
 2026年3月4日, 去年12月31号, 上个月14号, 14号) and, for questions, months and their parts (3月份, 3月初, 去年12月
-下旬, 上个月底, 1月第一周) and anchored ones (元宵节的第二天, 大风暴前一天, 中秋后三天, 元宵节那天). A date without a year is its nearest past occurrence; 上周四 is the
-Thursday of the previous Monday-to-Sunday week.
+下旬, 上个月底, 1月第一周) and anchored ones (元宵节的第二天, 大风暴前一天, 中秋后三天, 元宵节那天). A date
+without a year is its nearest past occurrence; 上周四 is the Thursday of the previous Monday-to-Sunday week.
 
 Lunar days (初三, 正月十五) are not read: the stories' calendars rarely follow the real lunar one, and 初三
 is as often the last year of junior school. Festivals are found as anchors, by what the chat says of them.
@@ -165,10 +165,10 @@ def _spans(text: str, ref: dt.date, query: bool) -> Iterator[tuple]:
         yield m, month_span(_year_of(m, ref, month), month), "absolute"
     if not query:
         return   # below, what in a message is as often ahead as behind: 月底交房租, 3月初出发
-    for m in scan(_MONTH_PART, text, month):
+    for m in scan(_MONTH_PART, text, "月" in text):
         whole = _month_named(m, ref)
         yield m, whole and month_part(whole.start.year, whole.start.month, _PART_WORD[m["part"]]), "absolute"
-    for m in scan(_NTH_WEEK, text, month):
+    for m in scan(_NTH_WEEK, text, "月" in text):
         whole = _month_named(m, ref)
         nth = -1 if m["nth"] == "最后一" else number(m["nth"][1:]) - 1
         yield m, whole and nth_week(whole, nth), "absolute"
