@@ -10,7 +10,7 @@ import pytest
 
 from conftest import full_sync, recall, settle
 from stbme.graph.model import Node
-from stbme.recall import tuning
+from stbme.recall import read_path, tuning
 from stbme.recall.candidates import Ranking
 from stbme.recall.query import clean_input, plan_query, refers_back, split_parts
 from stbme.recall.ranking import (asks, found_by_search, fuse, lift_neighbours, lower_askers, may_show, only_asks,
@@ -733,6 +733,7 @@ async def test_an_input_that_leans_on_the_last_turn_is_ranked_by_what_it_borrows
     assert ranked.index(11) < ranked.index(23)
     before = ranked.index(11)
     monkeypatch.setattr(tuning, "LEANING_OWN_KEYWORDS", 1.0)   # its own words ranked as much as what it borrows
+    monkeypatch.setattr(tuning, "SUBJECT_WEIGHT", 0.0)   # (and not what was said after Tomas was named)
     ranked = await order()   # the messages with its own words come first
     assert 11 not in ranked or ranked.index(11) > max(before, ranked.index(15), ranked.index(23))
 
@@ -839,7 +840,22 @@ async def test_an_input_that_names_nobody_finds_what_was_said_while_the_recent_t
     assert "subject" not in memories[_place(memories, 3)]["score_parts"]
 
 
-async def test_a_subject_is_a_name_as_written_not_the_same_word_in_lowercase(sidecar):
+async def test_the_passage_the_recent_turns_echo_is_said_before_the_prompts_own_messages(sidecar, monkeypatch):
+    # In SillyTavern the recent turns are the chat's last messages, synced like the rest, and they echo themselves
+    # best: the passage is the best hit said before the messages still in the prompt.
+    recent = [{"role": "user", "name": "林晓", "text": "周然昨晚又讲起图灵破解密码的故事，还是很喜欢。"},
+              {"role": "assistant", "name": "周然", "text": "嗯，我也记得。"},
+              {"role": "user", "name": "林晓", "text": "好呀。"}]
+    await full_sync(sidecar, "c", [*_film_talks(), *recent])
+    await settle(sidecar, "c")
+    memories = await _recalled(sidecar, "导演是谁呢？", recent)
+    assert "subject" in memories[_place(memories, 3)]["score_parts"]
+    monkeypatch.setattr(read_path, "ECHO_HITS", 1)   # only the best hit, the turn itself: no passage
+    memories = await _recalled(sidecar, "导演是谁呢？", recent)
+    assert not any("subject" in m["score_parts"] for m in memories)
+
+
+async def test_a_subject_is_a_name_as_written_not_the_same_word_in_lowercase(sidecar, monkeypatch):
     chat = _quiet_chat(40)
     for i in (1, 9, 27, 33):   # a word the chat often says: the input's own words are no rarer than the recent turn's
         chat[i] = {"role": "assistant", "name": "Elena", "text": f"The captain of the harbour watch came by ({i})."}
@@ -855,5 +871,6 @@ async def test_a_subject_is_a_name_as_written_not_the_same_word_in_lowercase(sid
     memories = await _recalled(sidecar, "Who was the captain, do you remember?", recent)
     assert "subject" in memories[_place(memories, 6)]["score_parts"]   # said right after Marlow was named
     recent = [{"role": "assistant", "name": "Elena", "text": "I keep thinking a rose was in those trinkets."}]
+    monkeypatch.setattr(tuning, "SUBJECT_ECHOES", 0)   # the names alone: the words echo what was said of Rose
     memories = await _recalled(sidecar, "Who was the captain, do you remember?", recent)
     assert not any("subject" in m["score_parts"] for m in memories)   # "rose" is no mention of "Rose"

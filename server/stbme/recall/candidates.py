@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from typing import Callable
 
 import numpy as np
 import orjson
@@ -217,14 +218,16 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 _EVERY_MESSAGE = 1 << 62
 
 
-def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int,
-                    echoes: list[str] = ()) -> list[str]:
+def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int, *,
+                    echoed: Callable[[], list[str]] | None = None, count: int = 0,
+                    before: float = float("inf")) -> list[str]:
     """For an input that names nobody (its vocatives aside) and leans on the recent turns (newest first):
     the memories of the messages from each mention of the newest turn's known names to `after` messages
     later, for at most SUBJECT_NAMES of them, less common names only (a main character is in everything).
-    When no recent turn names one, the same from each of `echoes` (the memories the recent turns' words find
-    best: the passage they echo). Empty when the input names someone itself: its own words find that. A
-    read: pass it a connection."""
+    When no recent turn names one, the same from the first `count` of `echoed()` (the memories the recent
+    turns' words find best: the passage they echo, searched only then) said before message `before` (the
+    prompt's own). Empty when the input names someone itself: its own words find that. A read: pass it a
+    connection."""
     addressed = ()
     if _CJK.search(text):   # "艾琳，后来呢？": a name of the chat's, addressed, as the memories leave it out
         addressed = addressed_names(text, "", speakers_before(conn, chat_id, _EVERY_MESSAGE))
@@ -249,9 +252,10 @@ def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int
         "SELECT n.seq_to FROM edges e JOIN nodes n ON n.id = e.to_id WHERE e.chat_id = ? AND e.from_id = ? AND"
         " e.relation = 'involved_in' AND e.invalid_at IS NULL AND n.type = 'event' AND n.seq_to IS NOT NULL",
         (chat_id, a))})
-    if not subjects and echoes:
-        mentions = sorted({r["seq_to"] for r in nodes_by_ids(conn, chat_id, list(echoes), columns="id, seq_to")
-                           if r["seq_to"] is not None})
+    hits = echoed() if not subjects and echoed is not None and count > 0 else []
+    if hits:
+        said = {r["id"]: r["seq_to"] for r in nodes_by_ids(conn, chat_id, hits, columns="id, seq_to")}
+        mentions = sorted(set([said[n] for n in hits if said.get(n) is not None and said[n] < before][:count]))
     spans: list[list[int]] = []
     for seq in mentions:   # overlapping windows read as one
         if spans and seq <= spans[-1][1] + 1:

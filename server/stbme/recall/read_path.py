@@ -51,6 +51,10 @@ DIRECTIVE_TYPES = frozenset(t.name for t in NODE_TYPES.values() if t.section == 
 # more (ranking.lower_askers): 30 leave room for the memories order() drops (a message's other chunks).
 ASKING_WINDOW = 30
 INDEX_WAIT_S = 0.25   # how long a recall waits for a loading HNSW index before going without it
+# The passage the recent turns echo (candidates.subject_members): their newest ECHO_TOKENS searched by keywords,
+# the first ECHO_HITS hits looked through for one said before the prompt's own messages.
+ECHO_TOKENS = 128
+ECHO_HITS = 20
 # Everything but the embedding blob: recall reads vectors from the HNSW index, not from rows.
 _COLUMNS = ", ".join(c for c in NODE_COLUMNS if c != "embedding")
 # Of the ~200 candidates, only what ranks them (score_rows, order), read from RANKING_INDEX; a name anchor's
@@ -228,6 +232,9 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         if reading is not None and not reading.done():
             reading.cancel()
     core, length, now, greeting = state.core, state.length, state.now, state.greeting
+    # Memories still in the prompt's chat history are not injected again: the last N messages, and a short
+    # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
+    skip_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
     embed_ms = (time.perf_counter() - started) * 1000
     if vectors:
         # After a restart the HNSW index may still be loading: answer from keywords rather than wait.
@@ -252,8 +259,7 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         if vectors and hnsw is not None:
             rankings.append(Ranking(f"vec{i}", w_vec * share, *_split(hnsw.query(vectors[i], k))))
     if plan.reference:
-        lexref = Ranking("lexref", w_lex * tuning.REFERENCE_SHARE, *_split(lexical.search(plan.reference, k)))
-        rankings.append(lexref)
+        rankings.append(Ranking("lexref", w_lex * tuning.REFERENCE_SHARE, *_split(lexical.search(plan.reference, k))))
         recent = _recent_texts(q, settings)
         if tuning.VECTOR_REFERENCE and vectors and hnsw is not None and recent:
             # The input leans on the last turn: the input's vector and that turn's (its memories' stored
@@ -264,9 +270,9 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
                 ref_vec = _unit(_unit(topic_vec) + _unit(np.mean(turn_vectors, axis=0)))
                 rankings.append(Ranking("vecref", w_vec * tuning.REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
         if tuning.SUBJECT_WEIGHT > 0 and recent:
-            echoes = lexref.ids[:tuning.SUBJECT_ECHOES]   # the passage the recent turns' words find best
+            echoes = dict(echoed=lambda: _echoed(lexical, recent), count=tuning.SUBJECT_ECHOES, before=skip_from)
             subject = store.read_inline(lambda conn: subject_members(conn, chat_id, plan.text, recent,
-                                                                     tuning.SUBJECT_AFTER, echoes))
+                                                                     tuning.SUBJECT_AFTER, **echoes))
             if subject:
                 rankings.append(by_topic("subject", tuning.SUBJECT_WEIGHT, subject, lexical=lexical, index=hnsw,
                                          qvec=topic_vec, topic=plan.topic, rrf_k=RRF_K))
@@ -304,9 +310,6 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
         fused.setdefault(neighbour, 0.0)
     rows = {r["id"]: r for r in row_list}
     rows = {n: r for n, r in rows.items() if r["type"] not in CORE_TYPES}
-    # Memories still in the prompt's chat history are not injected again: the last N messages, and a short
-    # chat's greeting. A chat with no synced messages (an import into a new chat) has nothing in the prompt.
-    skip_from = length - settings("recall.exclude_recent_messages") if length else float("inf")
     scores = score_rows(fused, rows, rankings, length=length, skip_from=skip_from, skip_before=greeting)
     limit = q.max_memories + (settings("recall.rerank_pool") if reranker else 0)
     lift_from: dict[str, float] = {}
@@ -378,6 +381,13 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
         if r["seq_to"] is not None and names_any(fields, subject):
             texts[r["id"]] = (node_text(fields), r["seq_to"])
     return latest_ranking(texts, subject=subject, weight=weight)
+
+
+def _echoed(lexical, recent: list[str]) -> list[str]:
+    """The memories the recent turns (newest first) echo best by keywords: their newest ECHO_TOKENS searched.
+    The recent turns are in the chat too and find themselves first; subject_members keeps those said before."""
+    said = last_tokens(" ".join(clean_input(turn) for turn in reversed(recent)), ECHO_TOKENS)
+    return [node_id for node_id, _ in lexical.search(said, ECHO_HITS)]
 
 
 def _only_asking(store: Store, chat_id: str, messages: dict[str, int]) -> dict[str, str]:

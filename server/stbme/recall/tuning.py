@@ -32,17 +32,17 @@ GRAPH_WEIGHT = 0.5           # the memories of the less common names the first h
 # memories said from each mention of the newest turn's known names to SUBJECT_AFTER messages later, ranked by the
 # input's own words, as one more list at this weight (recall/candidates.py, subject_members). Public sets'
 # tuned-on half, R@10 ZH reference / all: .184 / .194 off, .250 / .251 on, English the same (.512); SUBJECT_AFTER
-# 3 / 12: .240 / .244; weight 0.5 / 2: .222 / .250. The held-out half, checked once: .157 / .177 -> .186 / .201.
-# The generated set: .603 -> .598 (docs/evaluation.md, "The subject of the recent turns").
-SUBJECT_WEIGHT = 1.0
+# 3 / 12: .240 / .244 (docs/evaluation.md, "The subject of the recent turns").
 SUBJECT_AFTER = 6
-# ... and when the recent turns name no such name (only a main character, or nothing the chat knows as a name,
-# "这个我还真不知道" after turns about an award): the memories from the best keyword hit of what the input borrows
-# from them (the passage those turns echo) to SUBJECT_AFTER messages later. Public sets' tuned-on half, R@10 ZH
-# reference / all: .267 / .265 off, .284 / .280 with the best hit (two: the same), .264 / .267 with three, .239 /
-# .245 with five; English the same (.538). Held-out, checked once: .189 / .199 -> .194 / .207. The generated set
-# .630 -> .640 (docs/evaluation.md, "The passage the recent turns echo").
-SUBJECT_ECHOES = 1
+# When the recent turns name no such name (only a main character, or nothing the chat knows as a name: "这个我还真
+# 不知道" after turns about an award), the same from the SUBJECT_ECHOES best keyword hits of their own words said
+# before the prompt's messages (the passage they echo; read_path._echoed). Public sets' tuned-on half, R@10 ZH
+# reference / all at weight 1: .267 / .265 without, .361 / .349 with one hit, .398 / .381 with two, .392 / .375
+# with three; with two, weight 1.5 / 2 / 3: .427 / .406, .435 / .419, .435 / .421. English the same (.538).
+# Held-out, checked once: .189 / .199 -> .219 / .228. The generated set .630 -> .619 (floor .595).
+# (docs/evaluation.md, "The passage the recent turns echo").
+SUBJECT_ECHOES = 2
+SUBJECT_WEIGHT = 2.0
 NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share of its score
 # Which messages next to a hit count as its neighbours (recall/candidates.py, message_neighbours):
 #   exchange    a user's message and the reply to it (a user's next message starts another exchange)
