@@ -850,6 +850,9 @@ async def test_the_passage_the_recent_turns_echo_is_said_before_the_prompts_own_
     await settle(sidecar, "c")
     memories = await _recalled(sidecar, "导演是谁呢？", recent)
     assert "subject" in memories[_place(memories, 3)]["score_parts"]
+    monkeypatch.setattr(tuning, "SUBJECT_ECHOES", 1)   # one hit: the first said before the prompt, not the turn
+    memories = await _recalled(sidecar, "导演是谁呢？", recent)
+    assert "subject" in memories[_place(memories, 3)]["score_parts"]
     monkeypatch.setattr(read_path, "ECHO_HITS", 1)   # only the best hit, the turn itself: no passage
     memories = await _recalled(sidecar, "导演是谁呢？", recent)
     assert not any("subject" in m["score_parts"] for m in memories)
