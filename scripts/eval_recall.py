@@ -72,6 +72,7 @@ READ_ABLATIONS = {
     "references: 1 recent turn (recall.recent_turns 1)": ("settings", {"recall.recent_turns": 1}),
     "no borrowed rare terms (BORROW_RARE_TERMS false)": ("tuning", {"BORROW_RARE_TERMS": False}),
     "no question-only lowering (ASKING_SHARE 1)": ("tuning", {"ASKING_SHARE": 1.0}),
+    "no speaker asked about (SPEAKER_SHARE 1)": ("tuning", {"SPEAKER_SHARE": 1.0}),
     "no lift from a question on topic (ASKING_TOPIC_LIFT false)": ("tuning", {"ASKING_TOPIC_LIFT": False}),
     "floors off (MIN_SIMILARITY, VECTOR_MARGIN, MIN_BM25 0)": ("tuning", {"MIN_SIMILARITY": 0.0,
                                                                           "VECTOR_MARGIN": 0.0, "MIN_BM25": 0.0}),

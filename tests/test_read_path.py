@@ -13,8 +13,8 @@ from stbme.graph.model import Node
 from stbme.recall import read_path, tuning
 from stbme.recall.candidates import Ranking
 from stbme.recall.query import clean_input, plan_query, refers_back, split_parts
-from stbme.recall.ranking import (asks, found_by_search, fuse, lift_neighbours, lower_askers, may_show, only_asks,
-                                   order, relevant, score_rows)
+from stbme.recall.ranking import (asks, found_by_search, fuse, lift_neighbours, lower_askers, lower_other_speakers,
+                                   may_show, only_asks, order, relevant, score_rows)
 from stbme.recall.snippet import focus, sentences
 from stbme.tokens import count_tokens
 
@@ -189,6 +189,60 @@ def test_questions_below_the_window_are_checked_once_lowering_the_first_lets_the
     assert sorted(scores, key=lambda n: -scores[n][0])[:2] == ["answer", "fact"]
     assert all(scores[q][1] == {"asking": 0.5} for q in questions)
     assert asked == [["q0", "q1"], ["q2", "q3"], ["q4", "q5"], ["answer"]]   # each read once, "fact" never
+
+
+def test_the_other_speakers_memories_keep_their_share_after_the_lift():
+    # The reply a hit brings (the other speaker's) is lowered after it rose; an extraction is no message's own.
+    scores = {"hers": (1.0, {}), "his reply": (0.9, {}), "his": (0.95, {}), "fact": (0.5, {})}
+    rows = _message_rows(*scores, extracted=("fact",))
+    lift_neighbours(scores, {"his reply": "hers"}, 0.8)
+    asked: list[list[str]] = []
+
+    def said_by_others(ids):
+        asked.append(sorted(ids))
+        return {n: None for n in ids if n.startswith("his")}
+    lower_other_speakers(scores, rows, said_by_others, 0.5, window=2)
+    assert scores["hers"] == (1.0, {}) and scores["his"] == (0.475, {"speaker": 0.5})
+    assert scores["his reply"][0] == pytest.approx(0.45) and scores["his reply"][1]["speaker"] == 0.5
+    assert asked == [["hers", "his"], ["his reply"]] and scores["fact"] == (0.5, {})
+    lower_other_speakers(scores, rows, said_by_others, 1.0, window=2)   # 1: off, nothing read
+    assert len(asked) == 2
+
+
+def test_the_speaker_an_input_asks_about_is_named_not_addressed_in_english_and_chinese():
+    import sqlite3
+
+    from stbme.recall.candidates import speaker_asked_about
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE messages (chat_id TEXT, idx INTEGER, name TEXT)")
+    conn.executemany("INSERT INTO messages VALUES ('c', ?, ?)", enumerate(["林晓", "周然", "Kate", "Tom", "Kate"]))
+    assert speaker_asked_about(conn, "c", "When did Kate visit Art Basel?") == "Kate"
+    assert speaker_asked_about(conn, "c", "周然去过哪些地方？") == "周然"
+    for text in ("Kate, when did you visit Art Basel?", "周然，你去过哪些地方？", "Did Kate and Tom visit Art Basel?",
+                 "When did we visit Art Basel?", "katenka?"):
+        assert speaker_asked_about(conn, "c", text) is None, text
+
+
+async def test_a_question_about_one_speaker_ranks_what_that_speaker_said_first(sidecar, monkeypatch):
+    chat = _quiet_chat(40)
+    chat[11] = {"role": "user", "name": "Alex",
+                "text": "The lighthouse at Carrow Point! I hear the lighthouse at Carrow Point is lovely."}
+    chat[25] = {"role": "assistant", "name": "Elena", "text": "I climbed the old lighthouse at Carrow Point today."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    question = "When did Elena see the lighthouse at Carrow Point?"
+    monkeypatch.setattr(tuning, "SPEAKER_SHARE", 1.0)   # without it, Alex's words match the question best
+    memories = await _recalled(sidecar, question, [])
+    assert _place(memories, 11) < _place(memories, 25)
+    monkeypatch.setattr(tuning, "SPEAKER_SHARE", 0.5)
+    memories = await _recalled(sidecar, question, [])
+    assert _place(memories, 25) < _place(memories, 11) and memories[_place(memories, 11)]["score_parts"]["speaker"] == 0.5
+    assert "speaker" not in memories[_place(memories, 25)]["score_parts"]
+    # Addressed, Elena is not what the input is about; named with Alex, neither speaker is.
+    for other in ("Elena, when did you see the lighthouse at Carrow Point?",
+                  "When did Elena and Alex talk about the lighthouse at Carrow Point?"):
+        assert not any("speaker" in m["score_parts"] for m in await _recalled(sidecar, other, []))
 
 
 async def test_a_question_finds_the_statement_that_answers_it_over_a_message_that_only_asks_it(sidecar,

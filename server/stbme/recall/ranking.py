@@ -189,30 +189,49 @@ def of_one_message(row) -> bool:
     return row["type"] == "event" and row["source"] == "heuristic" and row["seq_from"] is not None
 
 
-def lower_askers(scores: dict[str, tuple[float, dict]], rows: dict, only_asking, share: float, *,
-                 window: int, names_topic=None) -> dict[str, float]:
-    """The memories of messages that only ask keep `share` of their score. Only the messages' own memories
-    that reach the first `window` are checked (`only_asking(ids)` -> {id: message text} of those of them whose
-    message only asks, a read): lowering one lets a lower one rise into the window, and it is checked in turn,
-    until the window holds none unchecked. (In a Chinese chat with forty "知道他是哪年出生的吗？", a fixed first
-    30 let the next ones take their place.) Returns the unlowered scores of the lowered questions that
-    `names_topic(text)`: the reply to a question about what the input asks about answers this one too, so its
-    neighbours rise from that score (lift_neighbours' `lift_from`)."""
-    if share >= 1.0:
-        return {}
+def _lower_in_window(scores: dict[str, tuple[float, dict]], rows: dict, pick, share: float, *, window: int,
+                     part: str) -> dict[str, tuple[float, object]]:
+    """The memories `pick(ids)` -> {id: what it read} picks keep `share` of their score (noted as `part`). Only
+    the messages' own memories that reach the first `window` are asked about: lowering one lets a lower one rise
+    into the window, and it is asked about in turn, until the window holds none unasked. Returns the lowered
+    ones' unlowered score and what `pick` read."""
     checked: set[str] = set()
-    unlowered: dict[str, float] = {}
+    lowered: dict[str, tuple[float, object]] = {}
     while True:
         first = heapq.nsmallest(window, scores, key=lambda n: (-scores[n][0], n))
         unchecked = [n for n in first if n not in checked and of_one_message(rows[n])]
         if not unchecked:
-            return unlowered
+            return lowered
         checked.update(unchecked)
-        for node_id, text in only_asking(unchecked).items():
+        for node_id, read in pick(unchecked).items():
             score, parts = scores[node_id]
-            scores[node_id] = (score * share, {**parts, "asking": share})
-            if names_topic is not None and names_topic(text):
-                unlowered[node_id] = score
+            scores[node_id] = (score * share, {**parts, part: share})
+            lowered[node_id] = (score, read)
+
+
+def lower_askers(scores: dict[str, tuple[float, dict]], rows: dict, only_asking, share: float, *,
+                 window: int, names_topic=None) -> dict[str, float]:
+    """The memories of messages that only ask keep `share` of their score, those in the first `window`
+    (`only_asking(ids)` -> {id: message text} of those of them whose message only asks, a read; see
+    _lower_in_window: in a Chinese chat with forty "知道他是哪年出生的吗？", a fixed first 30 let the next ones
+    take their place). Returns the unlowered scores of the lowered questions that `names_topic(text)`: the
+    reply to a question about what the input asks about answers this one too, so its neighbours rise from
+    that score (lift_neighbours' `lift_from`)."""
+    if share >= 1.0:
+        return {}
+    lowered = _lower_in_window(scores, rows, only_asking, share, window=window, part="asking")
+    if names_topic is None:
+        return {}
+    return {node_id: score for node_id, (score, text) in lowered.items() if names_topic(text)}
+
+
+def lower_other_speakers(scores: dict[str, tuple[float, dict]], rows: dict, said_by_others, share: float, *,
+                         window: int) -> None:
+    """For an input about one speaker: the memories of the other speakers' messages keep `share` of their
+    score, those in the first `window` (`said_by_others(ids)` -> {id: anything} of those of them said by
+    another speaker, a read; see _lower_in_window)."""
+    if share < 1.0:
+        _lower_in_window(scores, rows, said_by_others, share, window=window, part="speaker")
 
 
 def lift_neighbours(scores: dict[str, tuple[float, dict]], neighbour_of: dict[str, str], share: float,

@@ -28,16 +28,16 @@ from ..graph.schema import NAMED_TYPES, NODE_TYPES
 from ..index import ChatIndexes
 from ..index.lexical import tokenize
 from ..store import Store
-from ..store.queries import (RANKING_INDEX, latest_send_date, memories_of_turn, message_count, nodes_by_ids,
-                             texts_with_question_mark)
+from ..store.queries import (RANKING_INDEX, latest_send_date, memories_of_turn, message_count, messages_by,
+                             nodes_by_ids, texts_with_question_mark)
 from ..tokens import count_tokens, last_tokens
 from . import tuning
 from .candidates import (Ranking, anchor_day, by_topic, graph_members, graph_ranking, message_neighbours,
-                         subject_members, time_ranking)
+                         speaker_asked_about, subject_members, time_ranking)
 from .current import asks_about_now, latest_ranking, names_any, subject_terms
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, asks, found_by_search, fuse, lift_neighbours, lower_askers,
-                      may_show, only_asks, order, relevant, score_rows)
+                      lower_other_speakers, may_show, only_asks, order, relevant, score_rows)
 from ..language import detect_language
 from .reinforce import Reinforcement
 from .render import render_block
@@ -320,6 +320,12 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
             scores, rows, lambda ids: _only_asking(store, chat_id, {n: rows[n]["seq_from"] for n in ids}),
             tuning.ASKING_SHARE, window=max(ASKING_WINDOW, limit), names_topic=names_the_topic(plan, lexical))
     lift_neighbours(scores, neighbour_of, share, lift_from)
+    # After the lift: the reply a hit brings is the other speaker's.
+    asked_about = (store.read_inline(lambda conn: speaker_asked_about(conn, chat_id, plan.text))
+                   if tuning.SPEAKER_SHARE < 1.0 and plan.text else None)
+    if asked_about is not None:
+        lower_other_speakers(scores, rows, lambda ids: _said_by_others(store, chat_id, asked_about, ids, rows),
+                             tuning.SPEAKER_SHARE, window=max(ASKING_WINDOW, limit))
     scores = relevant(scores, found, min_similarity, neighbour_of)
     result = order(scores, rows, limit=limit, duplicate_similarity=tuning.DUPLICATE_SIMILARITY,
                    vectors=(lambda ids: _vectors(hnsw, ids)) if hnsw is not None else None,
@@ -388,6 +394,12 @@ def _echoed(lexical, recent: list[str]) -> list[str]:
     The recent turns are in the chat too and find themselves first; subject_members keeps those said before."""
     said = last_tokens(" ".join(clean_input(turn) for turn in reversed(recent)), ECHO_TOKENS)
     return [node_id for node_id, _ in lexical.search(said, ECHO_HITS)]
+
+
+def _said_by_others(store: Store, chat_id: str, speaker: str, ids: list[str], rows: dict) -> dict[str, None]:
+    """Of these memories (each a message's own), those whose message `speaker` did not say."""
+    said = store.read_inline(lambda conn: messages_by(conn, chat_id, speaker, [rows[n]["seq_from"] for n in ids]))
+    return {n: None for n in ids if rows[n]["seq_from"] not in said}
 
 
 def _only_asking(store: Store, chat_id: str, messages: dict[str, int]) -> dict[str, str]:

@@ -61,6 +61,18 @@ def memories_of_turn(conn: sqlite3.Connection, chat_id: str, text: str, length: 
                                        " AND archived = 0", (chat_id, row[0], row[0]))]
 
 
+def messages_by(conn: sqlite3.Connection, chat_id: str, name: str, idxs: Iterable[int]) -> set[int]:
+    """Of these messages, those that `name` said (answered from the index of names)."""
+    idxs = sorted(set(idxs))
+    said: set[int] = set()
+    for i in range(0, len(idxs), CHUNK):
+        part = idxs[i:i + CHUNK]
+        said.update(r[0] for r in conn.execute(
+            f"SELECT idx FROM messages WHERE chat_id = ? AND name = ? AND idx IN ({','.join('?' * len(part))})",
+            (chat_id, name, *part)))
+    return said
+
+
 def message_count(conn: sqlite3.Connection, chat_id: str) -> int:
     """How many messages of the chat are stored (they are always numbered 0..n-1)."""
     return conn.execute("SELECT coalesce(max(idx) + 1, 0) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()[0]
