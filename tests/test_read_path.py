@@ -216,11 +216,19 @@ def test_the_speaker_an_input_asks_about_is_named_not_addressed_in_english_and_c
 
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE messages (chat_id TEXT, idx INTEGER, name TEXT)")
-    conn.executemany("INSERT INTO messages VALUES ('c', ?, ?)", enumerate(["林晓", "周然", "Kate", "Tom", "Kate"]))
+    conn.executemany("INSERT INTO messages VALUES ('c', ?, ?)",
+                     enumerate(["林晓", "周然", "Kate", "Tom", "Kate", "Will", "Hope", "Fahim Khan"]))
+    assert speaker_asked_about(conn, "c", "How did Fahim spend New Year's Eve?") == "Fahim Khan"
+    assert speaker_asked_about(conn, "c", "How did Fahim and Kate spend New Year's Eve?") is None
     assert speaker_asked_about(conn, "c", "When did Kate visit Art Basel?") == "Kate"
+    assert speaker_asked_about(conn, "c", "when did kate visit art basel?") == "Kate"
     assert speaker_asked_about(conn, "c", "周然去过哪些地方？") == "周然"
+    # A name that is also a common word names its speaker only as written, inside a sentence.
+    assert speaker_asked_about(conn, "c", "Will you tell me when Kate visited Art Basel? I hope so.") == "Kate"
+    assert speaker_asked_about(conn, "c", "When did Will visit Art Basel?") == "Will"
     for text in ("Kate, when did you visit Art Basel?", "周然，你去过哪些地方？", "Did Kate and Tom visit Art Basel?",
-                 "When did we visit Art Basel?", "katenka?"):
+                 "When did we visit Art Basel?", "katenka?", "Will you visit Art Basel? Hope so.",
+                 "will we ever see art basel?"):
         assert speaker_asked_about(conn, "c", text) is None, text
 
 

@@ -29,6 +29,7 @@ from ..index import ChatIndex, LexicalIndex
 from ..pipeline.heuristic import candidate_names, mentions_name, speakers_before
 from ..store import Store
 from ..store.queries import count_events, nodes_by_ids, nodes_on_days
+from ..tokens import is_common_word
 from . import tuning
 from .query import QueryPlan
 from ..pipeline.timeline import DateSpan
@@ -215,6 +216,7 @@ def graph_members(conn, chat_id: str, seeds: list[str]) -> list[str]:
 
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+_BEFORE_A_SENTENCE = ("", ".", "!", "?", "。", "！", "？", '"', "“", "*", "(")   # what a sentence's first word follows
 _EVERY_MESSAGE = 1 << 62
 
 
@@ -271,11 +273,26 @@ def speaker_asked_about(conn, chat_id: str, text: str) -> str | None:
     """The one speaker of the chat the input names other than by addressing them ("When did Nicolas go to the
     cinema?"), or None. What a person did is told by that person: of the evidence of the public sets' tuned-on
     questions that name one speaker, 97% is that speaker's own messages. A read: pass it a connection."""
-    speakers = {s for s in speakers_before(conn, chat_id, _EVERY_MESSAGE) if s and len(s.strip()) >= 2}
+    speakers = {s.strip() for s in speakers_before(conn, chat_id, _EVERY_MESSAGE) if s and len(s.strip()) >= 2}
     addressed = addressed_names(text, "", speakers) if _CJK.search(text) else ()
-    said = without_vocatives(text, addressed=addressed).casefold()
-    named = [s for s in speakers if mentions_name(s.strip().casefold(), said)]
+    said = without_vocatives(text, addressed=addressed)
+    named = [s for s in speakers if _names_speaker(s, said)]
     return named[0] if len(named) == 1 else None
+
+
+def _names_speaker(speaker: str, said: str) -> bool:
+    """Does the input name this speaker, by the whole name or the first of several words ("Fahim" for "Fahim
+    Khan")? A name that is also a common word ("Will", "Hope") only as written and inside a sentence ("Will you
+    ...?" and "I hope so" name nobody); another in any case ("what did elena say?")."""
+    words = speaker.split()
+    for name in dict.fromkeys([speaker, words[0]] if len(words) > 1 and speaker.isascii() else [speaker]):
+        if not is_common_word(name):
+            if mentions_name(name.casefold(), said.casefold()):
+                return True
+        elif any(said[:m.start()].rstrip()[-1:] not in _BEFORE_A_SENTENCE
+                 for m in re.finditer(rf"(?<!\w){re.escape(name)}(?!\w)", said)):
+            return True
+    return False
 
 
 def graph_ranking(members: list[str], seeds: list[str], plan: QueryPlan, *, lexical: LexicalIndex,
