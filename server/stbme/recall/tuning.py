@@ -46,9 +46,9 @@ SUBJECT_WEIGHT = 2.0
 # An input that names one of the chat's speakers (not addressing them: "When did Nicolas go to the cinema?") asks
 # about that speaker: the memories of the other speakers' messages keep this share of their score (1: off). Of
 # the evidence of such tuned-on questions 97% is the named speaker's, yet 24% of the product's top ten was the
-# other's. Public sets' tuned-on half, R@10 EN all / multihop: .538 / .379 at 1, .544 / .391 at 0.85, .542 / .394
-# at 0.7, .537 / .387 at 0.5; Chinese the same (its questions name no speaker). Held-out, checked once at 0.85:
-# .629 / .391 -> .635 / .410. The generated set .619 either way (docs/evaluation.md, "The speaker asked about").
+# other's. Public sets' tuned-on half (fc88d76), R@10 EN all / multihop: .538 / .379 at 1, .544 / .391 at 0.85, .541
+# / .391 at 0.7, .537 / .388 at 0.5; Chinese the same (its questions name no speaker). Held-out at 0.85:
+# .629 / .391 -> .633 / .406. The generated set .619 either way (docs/evaluation.md, "The speaker asked about").
 SPEAKER_SHARE = 0.85
 NEIGHBOUR_SHARE = 0.8        # a neighbour of a strong hit rises to this share of its score
 # Which messages next to a hit count as its neighbours (recall/candidates.py, message_neighbours):
