@@ -220,6 +220,8 @@ def test_the_speaker_an_input_asks_about_is_named_not_addressed_in_english_and_c
                      enumerate(["林晓", "周然", "Kate", "Tom", "Kate", "Will", "Hope", "Fahim Khan"]))
     assert speaker_asked_about(conn, "c", "How did Fahim spend New Year's Eve?") == "Fahim Khan"
     assert speaker_asked_about(conn, "c", "How did Fahim and Kate spend New Year's Eve?") is None
+    conn.execute("INSERT INTO messages VALUES ('c', 9, ' Irene ')")   # as stored: the messages are found by it
+    assert speaker_asked_about(conn, "c", "What did Irene bake?") == " Irene "
     assert speaker_asked_about(conn, "c", "When did Kate visit Art Basel?") == "Kate"
     assert speaker_asked_about(conn, "c", "when did kate visit art basel?") == "Kate"
     assert speaker_asked_about(conn, "c", "周然去过哪些地方？") == "周然"

@@ -220,6 +220,15 @@ _BEFORE_A_SENTENCE = ("", ".", "!", "?", "。", "！", "？", '"', "“", "*", "
 _EVERY_MESSAGE = 1 << 62
 
 
+def _unaddressed(conn, chat_id: str, text: str, speakers=None) -> str:
+    """The input without the names it only addresses ("Kate, when did you ...", "艾琳，后来呢？": a Chinese name
+    of the chat's, addressed, as the memories leave it out). `speakers`: the chat's names, if already read."""
+    if not _CJK.search(text):
+        return without_vocatives(text)
+    names = speakers if speakers is not None else speakers_before(conn, chat_id, _EVERY_MESSAGE)
+    return without_vocatives(text, addressed=addressed_names(text, "", names))
+
+
 def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int, *,
                     echoed: Callable[[], list[str]] | None = None, count: int = 0,
                     before: float = float("inf")) -> list[str]:
@@ -230,10 +239,7 @@ def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int
     turns' words find best: the passage they echo, searched only then) said before message `before` (the
     prompt's own). Empty when the input names someone itself: its own words find that. A read: pass it a
     connection."""
-    addressed = ()
-    if _CJK.search(text):   # "艾琳，后来呢？": a name of the chat's, addressed, as the memories leave it out
-        addressed = addressed_names(text, "", speakers_before(conn, chat_id, _EVERY_MESSAGE))
-    said = without_vocatives(text, addressed=addressed)
+    said = _unaddressed(conn, chat_id, text)
     if candidate_names(said):
         return []
     said = said.casefold()
@@ -273,10 +279,10 @@ def speaker_asked_about(conn, chat_id: str, text: str) -> str | None:
     """The one speaker of the chat the input names other than by addressing them ("When did Nicolas go to the
     cinema?"), or None. What a person did is told by that person: of the evidence of the public sets' tuned-on
     questions that name one speaker, 97% is that speaker's own messages. A read: pass it a connection."""
-    speakers = {s.strip() for s in speakers_before(conn, chat_id, _EVERY_MESSAGE) if s and len(s.strip()) >= 2}
-    addressed = addressed_names(text, "", speakers) if _CJK.search(text) else ()
-    said = without_vocatives(text, addressed=addressed)
-    named = [s for s in speakers if _names_speaker(s, said)]
+    speakers = speakers_before(conn, chat_id, _EVERY_MESSAGE)
+    said = _unaddressed(conn, chat_id, text, speakers)
+    # The name as stored (the messages are looked up by it), matched without the spaces around it.
+    named = [s for s in speakers if s and len(s.strip()) >= 2 and _names_speaker(s.strip(), said)]
     return named[0] if len(named) == 1 else None
 
 

@@ -270,9 +270,9 @@ async def recall(*, store: Store, embeddings: EmbeddingService, indexes: ChatInd
                 ref_vec = _unit(_unit(topic_vec) + _unit(np.mean(turn_vectors, axis=0)))
                 rankings.append(Ranking("vecref", w_vec * tuning.REFERENCE_SHARE, *_split(hnsw.query(ref_vec, k))))
         if tuning.SUBJECT_WEIGHT > 0 and recent:
-            echoes = dict(echoed=lambda: _echoed(lexical, recent), count=tuning.SUBJECT_ECHOES, before=skip_from)
-            subject = store.read_inline(lambda conn: subject_members(conn, chat_id, plan.text, recent,
-                                                                     tuning.SUBJECT_AFTER, **echoes))
+            subject = store.read_inline(lambda conn: subject_members(
+                conn, chat_id, plan.text, recent, tuning.SUBJECT_AFTER, echoed=lambda: _echoed(lexical, recent),
+                count=tuning.SUBJECT_ECHOES, before=skip_from))
             if subject:
                 rankings.append(by_topic("subject", tuning.SUBJECT_WEIGHT, subject, lexical=lexical, index=hnsw,
                                          qvec=topic_vec, topic=plan.topic, rrf_k=RRF_K))
