@@ -91,16 +91,17 @@ def answer_extract(user: str, system: str = "") -> dict:
 
 
 def evolution_decision(new_text: str, neighbours: list[str]) -> dict:
-    """The seed's decision for one new memory: evolve the neighbours that share a name with it (and try an
-    invented key, which must change nothing)."""
+    """The seed's decision for one new memory: evolve the (first two) neighbours that share a name with it, and
+    try an invented key, which must change nothing. Both, not the nearest only: which of two equally near
+    neighbours comes first depends on the test embedder's hashing of their words."""
     names = [n for n in NAMES if n in new_text]
     related = [re.match(r"\[(M\d+)\]", n).group(1) for n in neighbours if any(x in n for x in names)]
     if not related:
         return {"should_evolve": False}
     return {"should_evolve": True, "reason": f"shares {names[0]}",
             "suggested_connections": related[:2] + ["M999", "n_not_a_key"],
-            "neighbor_updates": [{"nodeId": related[0], "newContext": f"Seen again: {new_text[-60:]}",
-                                  "newTags": [names[0].lower()]},
+            "neighbor_updates": [*({"nodeId": key, "newContext": f"Seen again: {new_text[-60:]}",
+                                    "newTags": [names[0].lower()]} for key in related[:2]),
                                  {"nodeId": "M999", "newContext": "invented key"}]}
 
 

@@ -23,9 +23,28 @@ from stbme.usecases.recall import RecallRequest
 
 
 def test_tokenize_latin_and_cjk():
-    assert tokenize("The Keys of Greywater!") == ["key", "greywater"]
+    assert tokenize("The Keys of Greywater!") == ["key", "greywat"]
     assert tokenize("艾琳把钥匙") == ["艾琳", "琳把", "把钥", "钥匙"]
     assert "4417" in tokenize("code 4417")
+
+
+def test_english_words_are_found_in_their_other_forms():
+    index = LexicalIndex()
+    for i in range(30):
+        index.upsert(f"d{i}", f"Elise: we talked about the weather on day {i} and the market stalls")
+    index.upsert("walmart", "Elise: now I'm at Walmart buying water and breakfast bars")
+    index.upsert("yoga", "Paola: today I've been exploring some new yoga poses and sequences")
+    assert index.search("What did Elise buy?", 3)[0][0] == "walmart"
+    assert index.search("What did Paola explore?", 3)[0][0] == "yoga"
+    assert index.search("bought", 3) == []   # an irregular form is another word
+
+
+def test_a_search_term_is_its_own_term():
+    # The terms an input borrows from the recent turns are searched again as text: a stem that shortens when
+    # stemmed again ("agreed" -> "agre" -> "agr") would then miss every memory that has it.
+    text = "They agreed, guaranteed and advised; Elise raised the Powerball ticket, financially exposing her"
+    for term in tokenize(text):
+        assert tokenize(term) == [term], term
 
 
 def test_bm25_prefers_rare_terms_and_handles_removal():

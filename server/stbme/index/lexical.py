@@ -8,6 +8,7 @@ lists of the query terms.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import math
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import snowballstemmer
 
 from ..graph.model import node_text
 from ..store import Store
@@ -53,11 +55,23 @@ some such only own same s t don now o re ve ll d m let lets oh ah yes yeah ok ok
 """.split())
 
 
+_STEMMERS = threading.local()   # a Snowball stemmer keeps its word in the object: one per thread
+
+
+@functools.lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    # Light English plural folding: "keys" ~ "key", "boxes" stays close enough; keeps names intact.
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
+    """A Latin word's search term: its English (Snowball) stem, so "buying" finds "buy" and "exploring" finds
+    "explore". Stemmed to a fixed point: a stem can shorten again ("agreed" -> "agre" -> "agr"), and terms are
+    searched again as text (those an input borrows from the recent turns), so a term must be its own stem."""
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
+    stem = stemmer.stemWord(word)
+    while True:
+        again = stemmer.stemWord(stem)
+        if again == stem:
+            return stem
+        stem = again
 
 
 def _idf(n: int, df: float) -> float:
@@ -65,7 +79,7 @@ def _idf(n: int, df: float) -> float:
 
 
 def tokenize(text: str) -> list[str]:
-    """Search terms of a text: lowercased Latin/digit words minus stopwords, CJK bigrams."""
+    """Search terms of a text: lowercased Latin/digit words minus stopwords, stemmed; CJK bigrams."""
     terms: list[str] = []
     for match in _TOKEN.finditer(text.lower()):
         tok = match.group(0)
@@ -347,8 +361,8 @@ def legacy_file(path: Path) -> Path:
 
 # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings; 4: a name paired
 # with another across a comma is kept (m016); 5: Chinese vocatives are left out (m019); 6: the chat's names a
-# message addresses are left out (m020)
-SAVE_VERSION = 6
+# message addresses are left out (m020); 7: English words are stemmed (Snowball)
+SAVE_VERSION = 7
 
 
 def _doc_text(row) -> str:

@@ -17,7 +17,8 @@ from ..index import lexical
 CANDIDATES = 100             # memories each ranked list (keywords, vectors, per part of the input) brings to fusion
 # Weight of the keyword (BM25) lists in reciprocal-rank fusion. Public sets' tuned-on half, with common terms scored
 # without length normalisation (index/lexical.COMMON_TERM_SHARE), R@10 EN all: .516 / .520 / .528 / .534 / .530 /
-# .526 / .520 at 0.5 / 1 / 1.25 / 1.5 / 1.75 / 2 / 2.5 (docs/evaluation.md, "Common terms ...").
+# .526 / .520 at 0.5 / 1 / 1.25 / 1.5 / 1.75 / 2 / 2.5 (docs/evaluation.md, "Common terms ..."). Again once English
+# words were stemmed (docs/evaluation.md, "English stems"): .556 / .559 / .556 / .560 at 1.25 / 1.5 / 1.75 / 2.
 LEXICAL_WEIGHT = 1.5
 LEXICAL_WEIGHT_CJK = 1.0     # ... for a Chinese (CJK) input, whose keywords are character bigrams (None: the same)
 VECTOR_WEIGHT = 1.0          # weight of the vector (HNSW) lists
