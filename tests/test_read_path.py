@@ -10,6 +10,7 @@ import pytest
 
 from conftest import full_sync, recall, settle
 from stbme.graph.model import Node
+from stbme.index.lexical import tokenize
 from stbme.recall import read_path, tuning
 from stbme.recall.candidates import Ranking
 from stbme.recall.query import clean_input, plan_query, refers_back, split_parts
@@ -495,6 +496,14 @@ def test_a_long_text_is_cut_to_the_sentences_that_share_the_rarer_words():
     assert sentences('*She nods.* "Yes. Go." 好的。走吧！') == ['*She nods.*', '"Yes.', 'Go."', '好的。', '走吧！']
 
 
+def test_a_long_text_is_cut_by_terms_whose_stem_is_not_a_part_of_the_word():
+    # The block's weights are the index's terms, and a stem is not always a part of its word: "Jory" is "jori".
+    weights = {term: 2.0 for term in tokenize("And Jory?")}
+    assert list(weights) == ["jori"]
+    shown = focus(LONG_REPLY, weights, 40)
+    assert "net needle" in shown and "north quay" not in shown
+
+
 def test_the_block_tokenizes_each_new_line_about_once_and_never_a_whole_long_memory(monkeypatch):
     # Most of a recall's memories are new to the token counts' cache, each with a snippet made for this
     # question: rendering counts a line as the block holds it (with its line break), so the block's exact
@@ -552,6 +561,21 @@ def test_a_question_about_now_and_a_sentence_that_states_a_change():
     assert states_a_change("(OOC: small fix, Corvin's eyes are green, not grey.)", ["corvin"])
     assert not states_a_change("Mara rents the little room above the tannery.", ["mara"])
     assert not states_a_change("Mara is fine. Harlan moved to the quay.", ["mara"])  # the change is someone else's
+
+
+async def test_a_change_names_its_subject_by_a_stem_that_is_not_a_part_of_the_word(sidecar):
+    from stbme.recall.current import states_a_change
+    subject = tokenize("Dagny")   # ["dagni"]: the term the question's subject is searched by
+    said = "Some news. Dagny and Aldric are finished. She's walking out with Pell instead."
+    assert states_a_change(said, subject)
+    chat = _quiet_chat(60)
+    for i in (9, 15, 21):  # the old word, said more often and in the question's own words
+        chat[i] = {"role": "assistant", "name": "Isolde", "text": f"Dagny is seeing Aldric, seeing him for months ({i})."}
+    chat[41] = {"role": "assistant", "name": "Isolde", "text": said}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    first = (await recall(sidecar, "c", {"query": "Who is Dagny seeing now?", "budget_tokens": 800}))["memories"][0]
+    assert first["seq_range"][0] == 41 and first["score_parts"]["latest"] > 0
 
 
 async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sidecar, monkeypatch):

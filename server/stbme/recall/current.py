@@ -13,6 +13,7 @@ import re
 
 from ..graph.model import field_text
 from ..index import LexicalIndex
+from ..index.lexical import tokenize
 from .candidates import Ranking
 from .snippet import sentences
 
@@ -45,16 +46,23 @@ def subject_terms(lexical: LexicalIndex, topic: str) -> list[str]:
 def names_any(fields: dict, subject: list[str]) -> bool:
     """Whether a memory's fields (names and values) hold a subject term. Every term of its searched text
     (graph.model.node_text) is in them: that text adds only the field names, the speaker (a field) and
-    punctuation, and what it drops (a vocative, the comma and spaces around it) never joins two words."""
+    punctuation, and what it drops (a vocative, the comma and spaces around it) never joins two words. A stem
+    that is not a part of its word ("dagni" of "Dagny") is not found here: the caller asks the index for those."""
     plain = " ".join([*fields, *(field_text(v) for v in fields.values())]).lower()
     return any(term in plain for term in subject)
+
+
+def holds_any(text: str, subject: list[str]) -> bool:
+    """Whether `text` holds a subject term: as one of its terms (a stem is not always a part of its word:
+    "dagni" of "Dagny"), or as a part of it (a term given by hand, such as 周掌柜, longer than a CJK pair)."""
+    folded = text.lower()
+    return any(term in folded for term in subject) or not set(subject).isdisjoint(tokenize(text))
 
 
 def states_a_change(text: str, subject: list[str]) -> bool:
     """Does a sentence of `text` name the subject and say it changed?"""
     for sentence in sentences(text):
-        folded = sentence.lower()
-        if any(term in folded for term in subject) and (_CHANGE_EN.search(sentence) or _CHANGE_ZH.search(sentence)):
+        if (_CHANGE_EN.search(sentence) or _CHANGE_ZH.search(sentence)) and holds_any(sentence, subject):
             return True
     return False
 

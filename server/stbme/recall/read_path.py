@@ -379,13 +379,20 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
     ids = list(dict.fromkeys(n for r in rankings for n in r.ids))
     rows = store.read_inline(lambda conn: nodes_by_ids(conn, chat_id, ids, columns="id, fields, seq_to",
                                                        where="AND archived = 0"))
+    holding = None   # the memories that hold a subject term by the index (one pass), read if a row needs it
     texts = {}
     for r in rows:
+        if r["seq_to"] is None:
+            continue
         fields = orjson.loads(r["fields"])
         # Only a memory whose fields name the subject can state its change: its searched text (node_text, a
-        # regex per memory to drop vocatives, ~0.15 ms) is built only for those.
-        if r["seq_to"] is not None and names_any(fields, subject):
-            texts[r["id"]] = (node_text(fields), r["seq_to"])
+        # regex per memory to drop vocatives, ~0.15 ms) is built only for those. A stem is not always a part of
+        # its word ("dagni" of "Dagny"): what the fields do not show, the index answers.
+        if not names_any(fields, subject):
+            holding = holding if holding is not None else lexical.score_docs(" ".join(subject), ids)
+            if holding.get(r["id"], 0.0) <= 0:
+                continue
+        texts[r["id"]] = (node_text(fields), r["seq_to"])
     return latest_ranking(texts, subject=subject, weight=weight)
 
 

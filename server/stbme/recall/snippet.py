@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
+from ..index.lexical import tokenize
 from ..tokens import estimate_tokens
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？…])[\"'”’」』)）*]*\s*|\n+")  # closing quotes and asterisks stay
@@ -36,9 +37,11 @@ def _sentences(text: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _folded(text: str) -> tuple[str, ...]:
-    # The sentences lowercased: the same long memories are focused for question after question.
-    return tuple(sentence.lower() for sentence in _sentences(text))
+def _sentence_terms(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    # Each sentence lowercased, and its search terms: a weight's term (tokenize's) is found as a part of the
+    # sentence or, since a stem is not always a part of its word ("jori" of "Jory"), as one of its terms.
+    # Remembered: the same long memories are focused for question after question.
+    return tuple((sentence.lower(), frozenset(tokenize(sentence))) for sentence in _sentences(text))
 
 
 def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
@@ -49,15 +52,9 @@ def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     if max_tokens <= 0 or not weights or estimate_tokens(text) <= max_tokens:
         return text
     parts = sentences(text)
-    folded = _folded(text)
-    # A term is a lowercased word stem or a CJK bigram: finding it in the lowercased sentence is enough
-    # here (a stem may also match a longer word), and far cheaper than tokenizing each sentence. Only the
-    # terms found in the sentences joined are looked for in each (most of a question's are in none).
-    joined = "\0".join(folded)
-    present = [(term, w) for term, w in weights.items() if term in joined]
     scored = []
-    for i, sentence in enumerate(folded):
-        score = sum(w for term, w in present if term in sentence)
+    for i, (folded, terms) in enumerate(_sentence_terms(text)):
+        score = sum(w for term, w in weights.items() if term in folded or term in terms)
         if score > 0:
             scored.append((-score, i))
     if not scored:
