@@ -739,6 +739,23 @@ def test_an_input_that_names_nothing_rare_borrows_the_rarest_terms_of_the_turns_
     assert plan.borrowed_names and plan.reference.startswith("导演是谁呢")
 
 
+def test_what_an_input_borrows_in_english_is_the_words_of_the_turns_not_their_stems():
+    # The borrowed terms are searched again as text: as stems they would be stemmed twice ("agre" -> "agr").
+    from stbme.index.lexical import LexicalIndex
+    from stbme.recall.query import rare_terms_of_recent
+
+    index = LexicalIndex()
+    for i in range(30):
+        index.upsert(f"d{i}", f"Mara: the market on day {i}, the weather and the road")
+    index.upsert("deal", "Tomas: we agreed on the wagon's price, a fair one")
+    recent = ["Tomas agreed about the wagon."]
+    assert rare_terms_of_recent("and what did he say then?", recent, index.term_weights, leans_back=True) == [
+        "agreed", "tomas", "wagon"]
+    plan = plan_query("and what did he say then?", ["he agreed, at last."], now=WED, lang="en",
+                      weights=index.term_weights, borrow_terms=True)
+    assert plan.borrowed_names == ["agreed"] and index.search(plan.reference, 1)[0][0] == "deal"
+
+
 # -- the read path's shortcuts give what the long way gives -------------------------------------------
 def test_bm25_scores_after_edits_equal_a_fresh_index_of_the_same_texts():
     # Document counts, length norms and the weights of texts weighed before are kept between searches:

@@ -14,7 +14,7 @@ from conftest import SILVER_KEY_CHAT, HashEmbedder, create_node, full_sync, reca
 from stbme.api.keys import services_key
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks, words_starting_sentences
-from stbme.index.lexical import SAVE_VERSION, LexicalCache, LexicalIndex, tokenize
+from stbme.index.lexical import SAVE_VERSION, LexicalCache, LexicalIndex, tokenize, words_of_terms
 from stbme.language import detect_language
 from stbme.recall.render import render_block
 from stbme.services import Services
@@ -39,12 +39,27 @@ def test_english_words_are_found_in_their_other_forms():
     assert index.search("bought", 3) == []   # an irregular form is another word
 
 
-def test_a_search_term_is_its_own_term():
-    # The terms an input borrows from the recent turns are searched again as text: a stem that shortens when
-    # stemmed again ("agreed" -> "agre" -> "agr") would then miss every memory that has it.
-    text = "They agreed, guaranteed and advised; Elise raised the Powerball ticket, financially exposing her"
-    for term in tokenize(text):
-        assert tokenize(term) == [term], term
+def test_a_word_is_stemmed_once_and_a_term_is_searched_again_as_its_word():
+    # Stemmed to a fixed point, "Elise" became "eli" (Eli's term) and "early" "ear": a stem stemmed again
+    # joins words the first pass kept apart.
+    assert tokenize("Elise Eli early ear agreed") == ["elis", "eli", "earli", "ear", "agre"]
+    index = LexicalIndex()
+    for i in range(30):
+        index.upsert(f"d{i}", f"Mara: the market stalls on day {i}, and the weather")
+    index.upsert("eli", "Eli: I fixed the cart wheel at dawn")
+    index.upsert("elise", "Elise: I sold the mare at the fair")
+    assert [n for n, _ in index.search("What did Elise do?", 5)] == ["elise"]
+    # What a term is searched as again (what an input borrows from the recent turns) is the word it came from,
+    # which gives the same term: "agre" itself would be stemmed to "agr" and miss.
+    index.upsert("deal", "Elise: we agreed on the price of the wagon")
+    words = words_of_terms(["agre", "earli", "艾琳", "ear"], ["Hi! We agreed, and it was early.", "艾琳笑了 agreeing"])
+    assert words == {"agre": "agreed", "earli": "early", "艾琳": "艾琳"}   # none says "ear"
+    for term, word in words.items():
+        assert tokenize(word) == [term], (term, word)
+    assert index.search(words["agre"], 3)[0][0] == "deal"
+    assert index.search("agre", 3) == []
+    agreed = index.score_docs("agreed", ["deal"])["deal"]
+    assert agreed > 0 and index.score_terms(["agre"], ["deal", "eli"]) == {"deal": agreed, "eli": 0.0}
 
 
 def test_bm25_prefers_rare_terms_and_handles_removal():

@@ -61,17 +61,13 @@ _STEMMERS = threading.local()   # a Snowball stemmer keeps its word in the objec
 @functools.lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     """A Latin word's search term: its English (Snowball) stem, so "buying" finds "buy" and "exploring" finds
-    "explore". Stemmed to a fixed point: a stem can shorten again ("agreed" -> "agre" -> "agr"), and terms are
-    searched again as text (those an input borrows from the recent turns), so a term must be its own stem."""
+    "explore". Stemmed once: a stem stemmed again can shorten ("agreed" -> "agre" -> "agr") and join words the
+    first pass kept apart ("early" and "ear", "Elise" and "Eli"), so a term is never searched as text again:
+    what an input borrows is searched as the words it came from (words_of_terms), a subject as its terms."""
     stemmer = getattr(_STEMMERS, "english", None)
     if stemmer is None:
         stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
-    stem = stemmer.stemWord(word)
-    while True:
-        again = stemmer.stemWord(stem)
-        if again == stem:
-            return stem
-        stem = again
+    return stemmer.stemWord(word)
 
 
 def _idf(n: int, df: float) -> float:
@@ -93,6 +89,24 @@ def tokenize(text: str) -> list[str]:
             terms.append(_stem(tok))
     return terms
 
+
+
+
+def words_of_terms(terms: list[str], texts: list[str]) -> dict[str, str]:
+    """The word each of these search terms came from in the texts (its first): a term to search again is
+    searched as its word, which gives the term back; the term itself would be stemmed a second time. A CJK
+    pair is its own word; a term none of the texts holds is left out."""
+    found = {t: t for t in terms if _CJK_RUN.match(t)}
+    wanted = set(terms) - set(found)
+    for text in texts:
+        for match in _TOKEN.finditer(text.lower()):
+            if not wanted:
+                return found
+            word = match.group(0)
+            if word not in STOPWORDS and not _CJK_RUN.match(word) and (stem := _stem(word)) in wanted:
+                found[stem] = word
+                wanted.discard(stem)
+    return found
 
 # Posting lists are C arrays (4 bytes a slot, 4 a term count), not lists of Python ints: a list loaded from JSON
 # held a 28-byte int object per posting, and a fresh process reopening a 100k-memory chat peaked at 634 MB
@@ -278,7 +292,11 @@ class LexicalIndex:
 
     def _scores(self, query: str) -> np.ndarray | None:
         """BM25 of every slot for the query (dead slots 0), or None when no query term is indexed."""
-        terms = [t for t in dict.fromkeys(tokenize(query)) if t in self.postings]
+        return self._scores_of_terms(tokenize(query))
+
+    def _scores_of_terms(self, query_terms: list[str]) -> np.ndarray | None:
+        """_scores for search terms already made."""
+        terms = [t for t in dict.fromkeys(query_terms) if t in self.postings]
         if not terms or self.live == 0:
             return None
         active = self._active_array()
@@ -344,7 +362,13 @@ class LexicalIndex:
 
     def score_docs(self, query: str, node_ids) -> dict[str, float]:
         """BM25 of these memories for the query (0 for one that matches no term or is not indexed)."""
-        scores = self._scores(query)
+        return self._scores_of(self._scores(query), node_ids)
+
+    def score_terms(self, terms: list[str], node_ids) -> dict[str, float]:
+        """score_docs for search terms already made (tokenize's), which are not stemmed again."""
+        return self._scores_of(self._scores_of_terms(terms), node_ids)
+
+    def _scores_of(self, scores: np.ndarray | None, node_ids) -> dict[str, float]:
         return {n: (float(scores[self.slot_of[n]]) if scores is not None and n in self.slot_of else 0.0)
                 for n in node_ids}
 
@@ -361,8 +385,8 @@ def legacy_file(path: Path) -> Path:
 
 # 2: memories of messages are indexed as "Speaker: text" (migration m012); 3: binary postings; 4: a name paired
 # with another across a comma is kept (m016); 5: Chinese vocatives are left out (m019); 6: the chat's names a
-# message addresses are left out (m020); 7: English words are stemmed (Snowball)
-SAVE_VERSION = 7
+# message addresses are left out (m020); 7: English words are stemmed (Snowball); 8: ... once, not to a fixed point
+SAVE_VERSION = 8
 
 
 def _doc_text(row) -> str:

@@ -13,6 +13,7 @@ import datetime as dt
 import re
 from typing import Callable
 
+from ..index.lexical import words_of_terms
 from ..pipeline.heuristic import candidate_names, split_chunks
 from ..pipeline.timeline import QueryTime, query_time
 from ..tokens import count_tokens
@@ -43,8 +44,8 @@ class QueryPlan:
     parts: list[str]                 # the sub-questions (at least `[topic]`)
     topic: str                       # the text without the time expression
     time: QueryTime | None = None
-    # Names of the last turn, for an input that refers back to it: searched as a list of their own, at a
-    # lower weight, so a wrong guess never replaces what the input itself finds.
+    # Names of the last turn (or else the recent turns' rarest words), for an input that refers back to it:
+    # searched as a list of their own, at a lower weight, so a wrong guess never replaces what the input finds.
     borrowed_names: list[str] = dataclasses.field(default_factory=list)
     # Each part's share of the keyword and vector weights (a long input's lead 1, the rest less); none: all 1.
     part_weights: list[float] = dataclasses.field(default_factory=list)
@@ -125,18 +126,22 @@ def refers_back(text: str) -> bool:
 def rare_terms_of_recent(cleaned: str, recent: list[str], weights: Callable[[str], dict[str, float]],
                          leans_back: bool = False) -> list[str]:
     """For an input that names nothing as rare as the turns before it do ("导演是谁呢？" after three turns about
-    《恋恋笔记本》, "and what did he do then?"): the rarest terms of those turns, which it leans on.
+    《恋恋笔记本》, "and what did he do then?"): the rarest terms of those turns, which it leans on, as the words
+    they came from (lexical.words_of_terms).
     `leans_back` (the input says it refers back, 它 or "there", and no name was found to lend): borrow even
     when it has a rare term of its own; in Chinese a bigram of the question ("费吗") is as rare as a name."""
     own = weights(cleaned)
     theirs: dict[str, float] = {}
-    for turn in recent:
-        for term, weight in weights(clean_input(turn)).items():
+    said = [clean_input(turn) for turn in recent]
+    for text in said:
+        for term, weight in weights(text).items():
             theirs[term] = max(weight, theirs.get(term, 0.0))
     top = [t for t in sorted(theirs, key=lambda t: (-theirs[t], t)) if t not in own][:BORROWED_TERMS]
     if not top or (not leans_back and theirs[top[0]] <= max(own.values(), default=0.0)):
         return []   # the input names something as rare itself: it needs nothing borrowed
-    return top
+    # As the words they came from: what is borrowed is searched as text, and a term is never stemmed twice.
+    words = words_of_terms(top, said)
+    return [words.get(t, t) for t in top]
 
 
 def plan_query(text: str, recent: list[str], *, now: dt.date | None, lang: str,

@@ -389,7 +389,7 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
         # regex per memory to drop vocatives, ~0.15 ms) is built only for those. A stem is not always a part of
         # its word ("dagni" of "Dagny"): what the fields do not show, the index answers.
         if not names_any(fields, subject):
-            holding = holding if holding is not None else lexical.score_docs(" ".join(subject), ids)
+            holding = holding if holding is not None else lexical.score_terms(subject, ids)
             if holding.get(r["id"], 0.0) <= 0:
                 continue
         texts[r["id"]] = (node_text(fields), r["seq_to"])
