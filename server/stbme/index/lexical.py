@@ -90,8 +90,6 @@ def tokenize(text: str) -> list[str]:
     return terms
 
 
-
-
 def words_of_terms(terms: list[str], texts: list[str]) -> dict[str, str]:
     """The word each of these search terms came from in the texts (its first): a term to search again is
     searched as its word, which gives the term back; the term itself would be stemmed a second time. A CJK
@@ -107,6 +105,7 @@ def words_of_terms(terms: list[str], texts: list[str]) -> dict[str, str]:
                 found[stem] = word
                 wanted.discard(stem)
     return found
+
 
 # Posting lists are C arrays (4 bytes a slot, 4 a term count), not lists of Python ints: a list loaded from JSON
 # held a 28-byte int object per posting, and a fresh process reopening a 100k-memory chat peaked at 634 MB
