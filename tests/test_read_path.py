@@ -578,6 +578,25 @@ async def test_a_change_names_its_subject_by_a_stem_that_is_not_a_part_of_the_wo
     assert first["seq_range"][0] == 41 and first["score_parts"]["latest"] > 0
 
 
+async def test_the_subject_of_a_question_about_now_is_the_name_it_asks_about_not_its_rarest_word(sidecar):
+    from stbme.recall.current import subject_terms
+    chat = _quiet_chat(60)
+    for i in range(3, 40, 4):  # Dagny is in many messages, so her name is a common term of this chat ...
+        chat[i] = {"role": "assistant", "name": "Isolde", "text": f"Dagny sang by the fire on turn {i}."}
+    chat[7] = {"role": "assistant", "name": "Isolde", "text": "Dagny is seeing Aldric, and has been for months."}
+    chat[50] = {"role": "user", "name": "Kit", "text": "Wait for me at the gate."}   # ... and "wait" a rare one
+    chat[43] = {"role": "assistant", "name": "Isolde",
+                "text": "Some news. Dagny and Aldric are finished. She's walking out with Pell instead."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    question = "Wait. Who is Dagny seeing these days?"
+    lexical = await sidecar.indexes.lexical.get("c")
+    assert "dagni" not in subject_terms(lexical, question)   # by rarity alone: "see" and "wait"
+    assert subject_terms(lexical, question, ["Dagny"])[0] == "dagni"
+    first = (await recall(sidecar, "c", {"query": question, "budget_tokens": 800}))["memories"][0]
+    assert first["seq_range"][0] == 43 and first["score_parts"]["latest"] > 0
+
+
 async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sidecar, monkeypatch):
     chat = _quiet_chat(60)
     for i in (9, 15, 21):  # the old lodging, said more often and in the question's own words

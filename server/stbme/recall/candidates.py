@@ -229,6 +229,22 @@ def _unaddressed(conn, chat_id: str, text: str, speakers=None) -> str:
     return without_vocatives(text, addressed=addressed_names(text, "", names))
 
 
+def _anchors(conn, chat_id: str) -> list[tuple[str, str]]:
+    """The chat's names (character, entity, location anchors) as (name, node id), the longest first:
+    "安娜·卡列尼娜" before "安娜"."""
+    return sorted(((str(orjson.loads(fields).get("name") or ""), node_id) for node_id, fields in
+                   conn.execute("SELECT id, fields FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
+                                f" ({_NAMED_MARKS})", (chat_id, *NAMED_TYPES))),
+                  key=lambda a: (-len(a[0]), a))
+
+
+def names_mentioned(conn, chat_id: str, text: str) -> list[str]:
+    """The chat's names the input mentions other than by addressing them ("Wait. Who is Dagny seeing these
+    days?" -> Dagny), the longest first. A read: pass it a connection."""
+    said = _unaddressed(conn, chat_id, text).casefold()
+    return [name for name, _ in _anchors(conn, chat_id) if name and mentions_name(name.casefold(), said)]
+
+
 def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int, *,
                     echoed: Callable[[], list[str]] | None = None, count: int = 0,
                     before: float = float("inf")) -> list[str]:
@@ -243,10 +259,7 @@ def subject_members(conn, chat_id: str, text: str, recent: list[str], after: int
     if candidate_names(said):
         return []
     said = said.casefold()
-    anchors = sorted(((str(orjson.loads(fields).get("name") or ""), node_id) for node_id, fields in
-                      conn.execute("SELECT id, fields FROM nodes WHERE chat_id = ? AND archived = 0 AND type IN"
-                                   f" ({_NAMED_MARKS})", (chat_id, *NAMED_TYPES))),
-                     key=lambda a: (-len(a[0]), a))   # the longest first: "安娜·卡列尼娜" before "安娜"
+    anchors = _anchors(conn, chat_id)
     if any(mentions_name(name.casefold(), said) for name, _ in anchors):
         return []
     hub, subjects = _hub(conn, chat_id), []

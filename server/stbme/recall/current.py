@@ -36,11 +36,16 @@ def asks_about_now(text: str) -> bool:
     return bool(_NOW_EN.search(text) or _NOW_ZH.search(text))
 
 
-def subject_terms(lexical: LexicalIndex, topic: str) -> list[str]:
-    """The question's rarest terms in this chat (its subject: a name, a thing), present-tense cues left out."""
+def subject_terms(lexical: LexicalIndex, topic: str, names: list[str] = ()) -> list[str]:
+    """The question's subject in this chat's terms, present-tense cues left out: the terms of the chat's names it
+    mentions (`names`) first, then its rarest terms, SUBJECT_TERMS in all (every name's at least). By rarity
+    alone a filler word wins over a name the chat says often: "Wait. Who is Dagny seeing these days?" had the
+    subject "wait", "see", and "Dagny and Aldric are finished." was no change of it."""
     bare = _NOW_ZH.sub(" ", _NOW_EN.sub(" ", topic))
     weights = lexical.term_weights(bare)
-    return sorted(weights, key=lambda t: (-weights[t], t))[:SUBJECT_TERMS]
+    named = list(dict.fromkeys(t for name in names for t in tokenize(name) if t in weights))
+    rest = sorted((t for t in weights if t not in named), key=lambda t: (-weights[t], t))
+    return (named + rest)[:max(SUBJECT_TERMS, len(named))]
 
 
 def names_any(fields: dict, subject: list[str]) -> bool:

@@ -33,7 +33,7 @@ from ..store.queries import (RANKING_INDEX, latest_send_date, memories_of_turn, 
 from ..tokens import count_tokens, last_tokens
 from . import tuning
 from .candidates import (Ranking, anchor_day, by_topic, graph_members, graph_ranking, message_neighbours,
-                         speaker_asked_about, subject_members, time_ranking)
+                         names_mentioned, speaker_asked_about, subject_members, time_ranking)
 from .current import asks_about_now, latest_ranking, names_any, subject_terms
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, asks, found_by_search, fuse, lift_neighbours, lower_askers,
@@ -373,7 +373,8 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
     """For a question about now: the keyword and vector candidates that say their subject changed."""
     if weight <= 0 or not asks_about_now(plan.text):
         return None
-    subject = subject_terms(lexical, plan.topic or plan.text)
+    topic = plan.topic or plan.text
+    subject = subject_terms(lexical, topic, store.read_inline(lambda conn: names_mentioned(conn, chat_id, topic)))
     if not subject:
         return None
     ids = list(dict.fromkeys(n for r in rankings for n in r.ids))
