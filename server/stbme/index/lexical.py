@@ -93,7 +93,7 @@ def tokenize(text: str) -> list[str]:
 def words_of_terms(terms: list[str], texts: list[str]) -> dict[str, str]:
     """The word each of these search terms came from in the texts (its first): a term to search again is
     searched as its word, which gives the term back; the term itself would be stemmed a second time. A CJK
-    pair is its own word; a term none of the texts holds is left out."""
+    term is its own word; a Latin term none of the texts holds is left out."""
     found = {t: t for t in terms if _CJK_RUN.match(t)}
     wanted = set(terms) - set(found)
     for text in texts:

@@ -10,6 +10,7 @@ candidates with a sentence that names the question's subject and says it changed
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from ..graph.model import field_text
 from ..index import LexicalIndex
@@ -36,7 +37,7 @@ def asks_about_now(text: str) -> bool:
     return bool(_NOW_EN.search(text) or _NOW_ZH.search(text))
 
 
-def subject_terms(lexical: LexicalIndex, topic: str, names: list[str] = ()) -> list[str]:
+def subject_terms(lexical: LexicalIndex, topic: str, names: Iterable[str] = ()) -> list[str]:
     """The question's subject in this chat's terms, present-tense cues left out: the terms of the chat's names it
     mentions (`names`) first, then its rarest terms, SUBJECT_TERMS in all (every name's at least). By rarity
     alone a filler word wins over a name the chat says often: "Wait. Who is Dagny seeing these days?" had the
