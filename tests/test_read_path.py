@@ -597,6 +597,21 @@ async def test_the_subject_of_a_question_about_now_is_the_name_it_asks_about_not
     assert first["seq_range"][0] == 43 and first["score_parts"]["latest"] > 0
 
 
+async def test_a_speakers_own_chatter_with_a_now_is_no_change_of_that_speaker(sidecar):
+    chat = _quiet_chat(60)
+    chat[21] = {"role": "user", "name": "Alex", "text": "Akib quit the observatory and builds boats instead."}
+    for i in (31, 35, 39, 43, 47, 51):  # newer, and each says "now", "actually" or "changed"
+        chat[i] = {"role": "assistant", "name": "Akib",
+                   "text": f"I'm sitting in my room right now, turn {i}. Actually my phone changed a word again."}
+    await full_sync(sidecar, "c", chat)
+    await settle(sidecar, "c")
+    memories = (await recall(sidecar, "c", {"query": "What does Akib do for work these days?",
+                                            "budget_tokens": 800}))["memories"]
+    latest = [m["seq_range"][0] for m in memories if m["score_parts"].get("latest")]
+    assert latest == [21]   # Akib's "Akib: ..." opening names who speaks, not what changed
+    assert memories[0]["seq_range"][0] == 21
+
+
 async def test_for_a_question_about_now_the_last_change_beats_the_older_word(sidecar, monkeypatch):
     chat = _quiet_chat(60)
     for i in (9, 15, 21):  # the old lodging, said more often and in the question's own words

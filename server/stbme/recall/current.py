@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..graph.model import field_text
+from ..graph.model import field_text, node_text
 from ..index import LexicalIndex
 from ..index.lexical import tokenize
 from .candidates import Ranking
@@ -73,9 +73,20 @@ def states_a_change(text: str, subject: list[str]) -> bool:
     return False
 
 
+def spoken_text(fields: dict) -> str:
+    """A memory's searched text (graph.model.node_text) without the speaker's name it opens with: who said
+    something is no mention of them. With it, for a question about a chat's speaker ("What is Akib working on
+    these days?") every message of theirs named the subject, and each first sentence with a "now" or an
+    "actually" ("Akib: I'm sitting in my room right now") counted as a change; REALTALK rt9-69's top three were
+    such chatter. A change of a speaker said by the other one ("Akib quit the lab") still names them."""
+    text = node_text(fields)
+    speaker = field_text(fields.get("speaker"))
+    return text[len(speaker) + 2:] if speaker and text.startswith(f"{speaker}: ") else text
+
+
 def latest_ranking(texts: dict[str, tuple[str, int | None]], *, subject: list[str],
                    weight: float) -> Ranking | None:
-    """Of the candidates ({id: (text, message index)}), those that state a change of the question's subject
+    """Of the candidates ({id: (spoken_text, message index)}), those that state a change of the question's subject
     (subject_terms of a question about now), newest first; None when none does."""
     if not subject:
         return None
