@@ -26,6 +26,9 @@ def test_tokenize_latin_and_cjk():
     assert tokenize("The Keys of Greywater!") == ["key", "greywat"]
     assert tokenize("艾琳把钥匙") == ["艾琳", "琳把", "把钥", "钥匙"]
     assert "4417" in tokenize("code 4417")
+    # Scripts switching mid-word, a lone CJK character (kept unless a stop: 我, 的), an underscore between words
+    assert tokenize("Kate说了3次：我 的 東京タワー_Greywater") == ["kate", "说了", "3", "次", "東京", "京タ", "タワ", "ワー",
+                                                          "greywat"]
 
 
 def test_english_words_are_found_in_their_other_forms():
