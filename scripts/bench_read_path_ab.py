@@ -9,7 +9,9 @@ relatively, so the copy runs its own code), and every query is asked of both, th
 ratio of their p50s and the median of the per-query ratios come from the same moments of the machine.
 Run it on an idle machine and read the per-query median first: two copies of the same code gave 0.997 to
 0.999 idle, but under scripts/cpu_load.sh a p50 ratio of 1.43 (per-query median 1.025) over 100 queries.
-It also counts the queries whose recalled memories differ: a change meant only for speed shows none.
+It also counts the queries whose recalled memories differ: a change meant only for speed shows none. Both
+sides load one saved index, built once by this tree: hnswlib builds its graph on every core, so two builds of
+a chat past EXACT_MAX differ, and at 100,000 memories 12 of 400 recalls of the same code differed by that alone.
 
     .venv/bin/python scripts/bench_read_path_ab.py                       # this tree against HEAD, 10k
     .venv/bin/python scripts/bench_read_path_ab.py --baseline 1e4dddf --size 100000 --queries 200
@@ -43,12 +45,24 @@ def extract_baseline(rev: str, into: Path) -> None:
     (into / "server" / "stbme").rename(into / "stbme_base")
 
 
+async def build_indexes(data_dir: Path, model: VectorModel) -> None:
+    """The chat's HNSW and keyword indexes built by this tree and saved, for both sides to load."""
+    from stbme.services import Services
+    sc = Services.open(data_dir, embedder=BenchEmbedder(model))
+    await sc.indexes.vectors.rebuild(br.CHAT_ID)
+    await sc.indexes.lexical.get(br.CHAT_ID)
+    await sc.indexes.vectors.save_dirty()
+    await sc.indexes.lexical.save_dirty()
+    await sc.close()
+
+
 async def open_side(package: str, data_dir: Path, model: VectorModel, queries: list[str]):
-    """A Services of `package` on `data_dir`, indexes built and the query vectors warm: an ask(body) call."""
+    """A Services of `package` on `data_dir`, its saved indexes loaded and the query vectors warm: an ask(body)
+    call. (A revision that cannot read a file rebuilds it: the keyword index the same, the graph not quite.)"""
     services = __import__(f"{package}.services", fromlist=["Services"])
     bodies = __import__(f"{package}.api.bodies", fromlist=["parse_recall"])
     sc = services.Services.open(data_dir, embedder=BenchEmbedder(model, {q: model.embed(q) for q in queries}))
-    await sc.indexes.vectors.rebuild(br.CHAT_ID)
+    await sc.indexes.vectors.get(br.CHAT_ID)
     await sc.indexes.lexical.get(br.CHAT_ID)
     for q in queries:
         await sc.embeddings.embed_query(q)
@@ -108,6 +122,7 @@ def main(baseline: str, size: int, queries: int) -> None:
         extract_baseline(baseline, root)
         sys.path.insert(0, str(root))
         asyncio.run(br.populate(size, root / "new", 1))   # written by this tree; read by both
+        asyncio.run(build_indexes(root / "new", VectorModel(ChatGenerator(1))))
         shutil.copytree(root / "new", root / "base")
         from stbme_base.store.migrations import MIGRATIONS as base_migrations   # let the baseline open it
         br.forget_migrations_except(root / "base" / "stbme.sqlite3", [name for name, _ in base_migrations])
