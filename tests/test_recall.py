@@ -31,6 +31,15 @@ def test_tokenize_latin_and_cjk():
                                                           "greywat"]
 
 
+def test_a_search_without_common_terms_finds_only_what_the_rarer_words_find():
+    index = LexicalIndex()
+    for i in range(20):   # "Elena" opens every memory, as a speaker's name does
+        index.upsert(f"n{i}", f"Elena: the tide was calm on turn {i}." if i != 7 else "Elena: I hid the compass.")
+    assert len(index.search("Elena compass", 20)) == 20
+    assert [n for n, _ in index.search("Elena compass", 20, common=False)] == ["n7"]
+    assert index.search("Elena", 20, common=False) == []
+
+
 def test_english_words_are_found_in_their_other_forms():
     index = LexicalIndex()
     for i in range(30):

@@ -335,9 +335,15 @@ class LexicalIndex:
             self._np_active = np.asarray(self.active, dtype=np.float32)
         return self._np_active
 
-    def search(self, query: str, k: int) -> list[tuple[str, float]]:
-        """Top k (node_id, BM25 score) for the query, best first; only docs matching a term."""
-        scores = self._scores(query)
+    def search(self, query: str, k: int, *, common: bool = True) -> list[tuple[str, float]]:
+        """Top k (node_id, BM25 score) for the query, best first; only docs matching a term. With `common`
+        False the terms of at least COMMON_TERM_SHARE of the memories are left out: the cheaper search of a
+        long text (the recent turns' echo), where a term that common tells nothing and costs the most."""
+        terms = tokenize(query)
+        if not common:
+            floor = COMMON_TERM_SHARE * self.live if COMMON_TERM_SHARE > 0 else math.inf
+            terms = [t for t in terms if t in self.postings and self._live_df(t) < floor]
+        scores = self._scores_of_terms(terms)
         if scores is None:
             return []
         hits = np.flatnonzero(scores > 0)

@@ -401,7 +401,7 @@ def _echoed(lexical, recent: list[str]) -> list[str]:
     """The memories the recent turns (newest first) echo best by keywords: their newest ECHO_TOKENS searched.
     The recent turns are in the chat too and find themselves first; subject_members keeps those said before."""
     said = last_tokens(" ".join(clean_input(turn) for turn in reversed(recent)), ECHO_TOKENS)
-    return [node_id for node_id, _ in lexical.search(said, ECHO_HITS)]
+    return [node_id for node_id, _ in lexical.search(said, ECHO_HITS, common=tuning.ECHO_COMMON_TERMS)]
 
 
 def _said_by_others(store: Store, chat_id: str, speaker: str, ids: list[str], rows: dict) -> dict[str, None]:

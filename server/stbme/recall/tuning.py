@@ -43,6 +43,11 @@ SUBJECT_AFTER = 6
 # Held-out, checked once: .189 / .199 -> .219 / .228. The generated set .630 -> .619 (floor .595).
 # (docs/evaluation.md, "The passage the recent turns echo").
 SUBJECT_ECHOES = 2
+# ... searched without the terms of COMMON_TERM_SHARE of the memories or more (a speaker's name, "知道"): they cannot
+# tell which passage the turns echo, and at 100,000 memories their posting lists were most of the search (read path
+# p50 0.955x, p95 0.82x, bench_read_path_ab.py). Public sets, both halves: the same R@10 in every tuned-on cell,
+# held-out ZH all .228 -> .229; the generated set .617 -> .618 (docs/evaluation.md, "The echo without common terms").
+ECHO_COMMON_TERMS = False
 SUBJECT_WEIGHT = 2.0
 # An input that names one of the chat's speakers (not addressing them: "When did Nicolas go to the cinema?") asks
 # about that speaker: the memories of the other speakers' messages keep this share of their score (1: off). Of
