@@ -302,7 +302,7 @@ class LexicalIndex:
         norm = self._length_norm()
         scores = np.zeros(len(self.node_of), dtype=np.float32)
         n = self.live
-        common = COMMON_TERM_SHARE * n if COMMON_TERM_SHARE > 0 else math.inf
+        common = self._common_df()
         for term in terms:
             docs, tfs = self._term_arrays(term)
             df = self._live_df(term)
@@ -312,6 +312,10 @@ class LexicalIndex:
             scores[docs] += idf * tfs * (K1 + 1) / (tfs + (K1 if df >= common else norm[docs]))
         scores *= active
         return scores
+
+    def _common_df(self) -> float:
+        """The document frequency from which a term is common (COMMON_TERM_SHARE of the live memories)."""
+        return COMMON_TERM_SHARE * self.live if COMMON_TERM_SHARE > 0 else math.inf
 
     def _live_df(self, term: str) -> float:
         df = self._df.get(term)
@@ -341,8 +345,8 @@ class LexicalIndex:
         long text (the recent turns' echo), where a term that common tells nothing and costs the most."""
         terms = tokenize(query)
         if not common:
-            floor = COMMON_TERM_SHARE * self.live if COMMON_TERM_SHARE > 0 else math.inf
-            terms = [t for t in terms if t in self.postings and self._live_df(t) < floor]
+            floor = self._common_df()
+            terms = [t for t in dict.fromkeys(terms) if t in self.postings and self._live_df(t) < floor]
         scores = self._scores_of_terms(terms)
         if scores is None:
             return []
