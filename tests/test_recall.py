@@ -14,7 +14,8 @@ from conftest import SILVER_KEY_CHAT, HashEmbedder, create_node, full_sync, reca
 from stbme.api.keys import services_key
 from stbme.graph.model import Node
 from stbme.pipeline.heuristic import candidate_names, clean_text, split_chunks, words_starting_sentences
-from stbme.index.lexical import SAVE_VERSION, LexicalCache, LexicalIndex, tokenize, words_of_terms
+from stbme.index.lexical import (SAVE_VERSION, LexicalCache, LexicalIndex, odd_stems, tokenize,
+                                 words_of_terms)
 from stbme.language import detect_language
 from stbme.recall.render import render_block
 from stbme.services import Services
@@ -29,6 +30,16 @@ def test_tokenize_latin_and_cjk():
     # Scripts switching mid-word, a lone CJK character (kept unless a stop: 我, 的), an underscore between words
     assert tokenize("Kate说了3次：我 的 東京タワー_Greywater") == ["kate", "说了", "3", "次", "東京", "京タ", "タワ", "ワー",
                                                           "greywat"]
+
+
+def test_a_texts_terms_are_its_parts_and_its_odd_stems():
+    # The snippet and the latest-word stage test a text's terms this way instead of tokenizing it.
+    text = "Jory was happy; the early skies, the dying embers. 周掌柜 walked 3 miles to the possibility."
+    terms, folded, odd = set(tokenize(text)), text.lower(), odd_stems(text)
+    assert {"jori", "happi", "earli", "sky", "die", "possibl"} <= odd <= terms
+    assert all(term in folded or term in odd for term in terms)
+    assert not any(stem in folded for stem in odd)
+    assert odd_stems("The keys walked home.") == frozenset()
 
 
 def test_a_search_without_common_terms_finds_only_what_the_rarer_words_find():

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from ..graph.model import field_text, node_text
 from ..index import LexicalIndex
-from ..index.lexical import tokenize
+from ..index.lexical import odd_stems, tokenize
 from .candidates import Ranking
 from .snippet import sentences
 
@@ -62,7 +62,7 @@ def holds_any(text: str, subject: list[str]) -> bool:
     """Whether `text` holds a subject term: as one of its terms (a stem is not always a part of its word:
     "dagni" of "Dagny"), or as a part of it (a term given by hand, such as 周掌柜, longer than a CJK pair)."""
     folded = text.lower()
-    return any(term in folded for term in subject) or not set(subject).isdisjoint(tokenize(text))
+    return any(term in folded for term in subject) or not odd_stems(text).isdisjoint(subject)
 
 
 def states_a_change(text: str, subject: list[str]) -> bool:

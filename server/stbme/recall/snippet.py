@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..index.lexical import tokenize
+from ..index.lexical import odd_stems
 from ..tokens import estimate_tokens
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？…])[\"'”’」』)）*]*\s*|\n+")  # closing quotes and asterisks stay
@@ -36,14 +36,6 @@ def _sentences(text: str) -> tuple[str, ...]:
     return tuple(out + [tail] if tail else out)
 
 
-@functools.lru_cache(maxsize=1024)
-def _sentence_terms(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
-    # Each sentence lowercased, and its search terms: a weight's term (tokenize's) is found as a part of the
-    # sentence or, since a stem is not always a part of its word ("jori" of "Jory"), as one of its terms.
-    # Remembered: the same long memories are focused for question after question.
-    return tuple((sentence.lower(), frozenset(tokenize(sentence))) for sentence in _sentences(text))
-
-
 def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     """`text` when it fits `max_tokens` or shares no weighted word; else its best sentences (each with the
     next one) in story order, gaps marked, within about `max_tokens` (the caller still caps the line).
@@ -52,9 +44,14 @@ def focus(text: str, weights: dict[str, float], max_tokens: int) -> str:
     if max_tokens <= 0 or not weights or estimate_tokens(text) <= max_tokens:
         return text
     parts = sentences(text)
+    # A weight's term (tokenize's) is found as a part of the lowercased sentence or, since a stem is not always a
+    # part of its word ("jori" of "Jory"), as one of the sentence's odd stems; only a memory that has such a
+    # stem of a weighted term has its sentences searched for it (lexical.odd_stems: no sentence is tokenized).
+    odd = not odd_stems(text).isdisjoint(weights)
     scored = []
-    for i, (folded, terms) in enumerate(_sentence_terms(text)):
-        score = sum(w for term, w in weights.items() if term in folded or term in terms)
+    for i, sentence in enumerate(parts):
+        folded, stems = sentence.lower(), odd_stems(sentence) if odd else frozenset()
+        score = sum(w for term, w in weights.items() if term in folded or term in stems)
         if score > 0:
             scored.append((-score, i))
     if not scored:
