@@ -58,17 +58,20 @@ def names_any(fields: dict, subject: list[str]) -> bool:
     return any(term in plain for term in subject)
 
 
-def holds_any(text: str, subject: list[str]) -> bool:
-    """Whether `text` holds a subject term: as one of its terms (a stem is not always a part of its word:
-    "dagni" of "Dagny"), or as a part of it (a term given by hand, such as 周掌柜, longer than a CJK pair)."""
+def holds_any(text: str, subject: list[str], *, odd: bool = True) -> bool:
+    """Whether `text` holds a subject term: as a part of it (a term given by hand, such as 周掌柜, longer than a
+    CJK pair, too), or as one of its stems that are not a part of their word ("dagni" of "Dagny"; lexical.odd_stems),
+    looked for only when `odd` (a caller that knows its whole text has none passes False)."""
     folded = text.lower()
-    return any(term in folded for term in subject) or not odd_stems(text).isdisjoint(subject)
+    return any(term in folded for term in subject) or (odd and not odd_stems(text).isdisjoint(subject))
 
 
 def states_a_change(text: str, subject: list[str]) -> bool:
-    """Does a sentence of `text` name the subject and say it changed?"""
+    """Does a sentence of `text` name the subject and say it changed? (Named first: the two change patterns are
+    the dearer test, and most sentences of a candidate do not name the subject.)"""
+    odd = not odd_stems(text).isdisjoint(subject)
     for sentence in sentences(text):
-        if (_CHANGE_EN.search(sentence) or _CHANGE_ZH.search(sentence)) and holds_any(sentence, subject):
+        if holds_any(sentence, subject, odd=odd) and (_CHANGE_EN.search(sentence) or _CHANGE_ZH.search(sentence)):
             return True
     return False
 
