@@ -92,22 +92,15 @@ def tokenize(text: str) -> list[str]:
     return terms
 
 
-@functools.lru_cache(maxsize=65536)
-def _odd_stem(word: str) -> str | None:
-    stem = _stem(word)
-    return None if stem in word else stem
-
-
 @functools.lru_cache(maxsize=4096)
 def odd_stems(text: str) -> frozenset[str]:
     """The text's search terms that are not a part of it ("jori" of "Jory", "happi" of "happy"): a term is one of
     tokenize(text) only if it is a part of text.lower() or one of these. Every other term is: a CJK term is a
     part of its run, and a Latin term that is a part of its word a part of the text. So a test of many texts'
     terms (the block's snippets) reads their parts, and tokenizes none (a sentence's terms cost ~10 us)."""
-    odd = {_odd_stem(word) for word in set(_WORD.findall(text.lower()))
-           if word not in STOPWORDS and (len(word) > 1 or word.isdigit())}
-    odd.discard(None)
-    return frozenset(odd)
+    stems = [(word, _stem(word)) for word in set(_WORD.findall(text.lower()))
+             if word not in STOPWORDS and (len(word) > 1 or word.isdigit())]
+    return frozenset(stem for word, stem in stems if stem not in word)
 
 
 def words_of_terms(terms: list[str], texts: list[str]) -> dict[str, str]:
