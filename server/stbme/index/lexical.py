@@ -44,7 +44,7 @@ COMMON_TERM_SHARE = 0.1
 
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 # A CJK run or a Latin/digit word, told apart by which group matched: one findall, no second regex per token
-# (tokenize is ~7% of a recall: the block's long memories are split into sentences and tokenized).
+# (tokenize runs on every input, recent turn and written memory).
 _TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)", re.UNICODE)
 _WORD = re.compile(rf"[^\W_{_CJK}]+", re.UNICODE)   # _TOKEN's Latin/digit words alone
 _CJK_RUN = re.compile(rf"^[{_CJK}]+$")
