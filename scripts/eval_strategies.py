@@ -238,7 +238,7 @@ async def run(strategy: str, messages: list[dict], marks: dict, data_dir: Path, 
         player = Player(sc, messages)
         tracked = {"R": inner(REPEATED), "E": inner(EMPHASISED), "W": inner(FIRST_WEEK)}
         o_index = marks["O"][0]
-        day_of, start = marks["day_of"], marks["start"]
+        day_of = marks["day_of"]
         last_day = day_of[len(messages) - 1]
         samples, switched, synced = [], False, 0
         checkpoints = sorted({*range(0, last_day + 1, 7), last_day})
