@@ -68,9 +68,9 @@ def holds_any(text: str, subject: list[str]) -> bool:
 def states_a_change(text: str, subject: list[str]) -> bool:
     """Does a sentence of `text` name the subject and say it changed? The two change patterns run first: a
     sentence's odd stems (holds_any) cost more, and are read only for a sentence that says a change. And first
-    over the whole text: a sentence's match is one of the text too (a sentence ends at a non-word character, so
-    its word boundaries hold in the text, and no pattern looks further), and many candidates say no change
-    anywhere."""
+    over the whole text: a sentence's match is one of the text too (snippet.sentences cuts only after
+    punctuation or at a line break, so a sentence's word boundaries hold in the text, and no pattern looks past
+    its match), and many candidates say no change anywhere."""
     if not (_CHANGE_EN.search(text) or _CHANGE_ZH.search(text)):
         return False
     for sentence in sentences(text):
