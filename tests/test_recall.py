@@ -34,11 +34,13 @@ def test_tokenize_latin_and_cjk():
 
 def test_a_texts_terms_are_its_parts_and_its_odd_stems():
     # The snippet and the latest-word stage test a text's terms this way instead of tokenizing it.
-    text = "Jory was happy; the early skies, the dying embers. 周掌柜 walked 3 miles to the possibility."
+    text = ("Jory was happy; the early skies, the dying embers. 周掌柜 walked 3 miles to the possibility, only"
+            " once.")   # "only" is a stopword ("onli"): no term, so no odd stem either
     terms, folded, odd = set(tokenize(text)), text.lower(), odd_stems(text)
     assert {"jori", "happi", "earli", "sky", "die", "possibl"} <= odd <= terms
     assert all(term in folded or term in odd for term in terms)
     assert not any(stem in folded for stem in odd)
+    assert "onli" not in odd
     assert odd_stems("The keys walked home.") == frozenset()
 
 
