@@ -46,6 +46,29 @@ def test_the_quick_check_lets_every_vocative_through():
     assert all(_VOCATIVE.search(e) for e in examples[:12])
 
 
+def test_phrases_grouped_by_first_letter_match_where_the_flat_alternation_does():
+    """alternation() only regroups: every match, its span and its groups, are the flat alternation's. Phrases
+    that share a start ("hi", "hiya", "hey"), in either case and inside a larger pattern."""
+    import re
+
+    import pytest
+
+    from stbme.alternation import alternation
+
+    phrases = ["hi", "hiya", "hey", "thank you", "thanks", "no", "no longer", r"move[sd]? (?:in|out)", "现在", "现"]
+    texts = ["Hiya, Tom! hi there, no longer here; NO. thanks Ada, Thank You Bo", "He moved in, moves out, move in.",
+             "history hide nothing knows", "他现在搬走了，现", "hey", ""]
+    for flags in (0, re.I):
+        for shape in (r"{}", r"(?P<g>{}),?\s*(?P<name>[A-Z]\w*)?"):
+            grouped = re.compile(shape.format(alternation(phrases)), flags)
+            flat = re.compile(shape.format("(?:" + "|".join(phrases) + ")"), flags)
+            for text in texts:
+                assert [(m.span(), m.groups()) for m in grouped.finditer(text)] == \
+                       [(m.span(), m.groups()) for m in flat.finditer(text)], (shape, flags, text)
+    with pytest.raises(ValueError, match="must start with a letter"):
+        alternation(["(?:a|b)c"])
+
+
 def test_a_name_paired_with_another_across_a_comma_is_no_address():
     assert without_vocatives("We went to Tulum, Mexico.") == "We went to Tulum, Mexico."
     assert without_vocatives("Paris, France is lovely.") == "Paris, France is lovely."

@@ -563,6 +563,20 @@ def test_a_question_about_now_and_a_sentence_that_states_a_change():
     assert not states_a_change("Mara is fine. Harlan moved to the quay.", ["mara"])  # the change is someone else's
 
 
+def test_a_change_is_found_as_whole_words_in_any_case():
+    from stbme.recall.current import names_any, states_a_change
+    # The English phrases are grouped by first letter for speed: each must still be found whole, in any case.
+    said = ["MARA MOVED OUT OF THE TANNERY.", "Nowadays Mara sleeps till noon.", "Mara is leaving at dawn.",
+            "Lately Mara hums.", "Mara took the lamp and put it on the sill.", "It's Mara here, NOT Tobin."]
+    assert [t for t in said if not states_a_change(t, ["mara"])] == []
+    inside = ["Mara knows the tannery.", "Mara's leftovers are cold.", "Mara fixes nets.", "Mara is nowhere near."]
+    assert [t for t in inside if states_a_change(t, ["mara"])] == []
+    # A memory's names lists are read for its subject, and so are values that are no list of names.
+    assert names_any({"summary": "Rain.", "participants": ["Mara", "Tobin"]}, ["tobin"])
+    assert names_any({"summary": "Rain.", "where": {"room": ["attic", 3]}}, ["attic"])
+    assert not names_any({"summary": "Rain.", "participants": ["Mara"]}, ["tobin"])
+
+
 async def test_a_change_names_its_subject_by_a_stem_that_is_not_a_part_of_the_word(sidecar):
     from stbme.recall.current import states_a_change
     subject = tokenize("Dagny")   # ["dagni"]: the term the question's subject is searched by

@@ -179,11 +179,11 @@ def node_text(fields: dict[str, Any]) -> str:
     for key in TEXT_FIELD_ORDER:
         if key in fields:
             seen.add(key)
+            if key == "participants" and speaker:
+                continue
             text = field_text(fields[key])
             if key == "summary" and speaker and text:
                 text = attributed_text(speaker, text, tuple(_names(fields.get("addressed"))))
-            elif key == "participants" and speaker:
-                continue
             if text:
                 parts.append(text if key in ("summary", "insight", "content") else f"{key}: {text}")
     for key, value in fields.items():

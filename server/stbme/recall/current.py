@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ..alternation import alternation
 from ..graph.model import field_text, node_text
 from ..index import LexicalIndex
 from ..index.lexical import odd_stems, tokenize
@@ -21,13 +22,16 @@ from .snippet import sentences
 _NOW_EN = re.compile(r"\b(now|nowadays|these days|today|currently|at the moment|any ?more|still|lately|"
                      r"at present|right now)\b", re.I)
 _NOW_ZH = re.compile(r"现在|如今|目前|眼下|这些天|这几天|最近|今天|还在|而今|当下")
-_CHANGE_EN = re.compile(
-    r"\b(now|instead|any ?more|no longer|not any more|these days|nowadays|lately|since|ever since|"
-    r"moved|moving|move[sd]? (?:in|out)|relocated|quit|left|leaving|gave up|changed?|switched|swapped|"
-    r"replaced|packed up|walked out|broke (?:it )?off|broken up|split up|finished|over between|is over|"
-    r"took (?:it|the)\b.*\b(?:and )?put|found a (?:new )?(?:place|job)|new (?:place|job|home|spot)|"
-    r"got a (?:new )?job|started (?:working|seeing|living)|correction|fix|rather|actually)\b"
-    r"|,\s*not\s+\w", re.I)
+_CHANGE_WORDS = [
+    "now", "instead", "any ?more", "no longer", "not any more", "these days", "nowadays", "lately", "since",
+    "ever since", "moved", "moving", r"move[sd]? (?:in|out)", "relocated", "quit", "left", "leaving", "gave up",
+    "changed?", "switched", "swapped", "replaced", "packed up", "walked out", "broke (?:it )?off", "broken up",
+    "split up", "finished", "over between", "is over", r"took (?:it|the)\b.*\b(?:and )?put",
+    "found a (?:new )?(?:place|job)", "new (?:place|job|home|spot)", "got a (?:new )?job",
+    "started (?:working|seeing|living)", "correction", "fix", "rather", "actually"]
+# For lowercased text: one re.I alternation took five times as long (alternation.py, docs/evaluation.md).
+_CHANGE_EN = re.compile(rf"\b{alternation(_CHANGE_WORDS)}\b")
+_NOT_INSTEAD = re.compile(r",\s*not\s+\w")   # "Her eyes are green, not grey."
 _CHANGE_ZH = re.compile(r"现在|如今|目前|最近|后来|改|换|搬|挪|转行|不再|已经|早就|不干了|不在|散了|断了|分手|分开|"
                         r"分道扬镳|离开|走了|辞了|不是.{1,12}[，,]?(?:而)?是|更正|修正|纠正|其实")
 SUBJECT_TERMS = 2   # the question's rarest terms: one of them must be in the changing sentence
@@ -54,27 +58,44 @@ def names_any(fields: dict, subject: list[str]) -> bool:
     (graph.model.node_text) is in them: that text adds only the field names, the speaker (a field) and
     punctuation, and what it drops (a vocative, the comma and spaces around it) never joins two words. A stem
     that is not a part of its word ("dagni" of "Dagny") is not found here: the caller asks the index for those."""
-    plain = " ".join([*fields, *(field_text(v) for v in fields.values())]).lower()
+    plain = " ".join([*fields, *map(_words_of, fields.values())]).lower()
     return any(term in plain for term in subject)
 
 
-def holds_any(text: str, subject: list[str]) -> bool:
-    """Whether `text` holds a subject term: as a part of it (a term given by hand, such as 周掌柜, longer than a
-    CJK pair, too), or as one of its stems that are not a part of their word ("dagni" of "Dagny"; lexical.odd_stems)."""
-    folded = text.lower()
+def _words_of(value) -> str:
+    """A field value's text, joined by spaces where field_text would join by commas: a subject term is made of
+    word characters, so only the words matter. Names lists are most of a memory's fields, and field_text
+    recursed into each name (a fifth of a question about now's time at 10,000 memories)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return " ".join(value)
+    return field_text(value)
+
+
+def holds_any(text: str, folded: str, subject: list[str]) -> bool:
+    """Whether `text` (`folded`: lowercased) holds a subject term: as a part of it (a term given by hand, such as
+    周掌柜, longer than a CJK pair, too), or as one of its stems that are not a part of their word ("dagni" of
+    "Dagny"; lexical.odd_stems)."""
     return any(term in folded for term in subject) or not odd_stems(text).isdisjoint(subject)
 
 
+def _says_a_change(folded: str) -> bool:
+    """Whether a lowercased text says something changed, in English or Chinese."""
+    return bool(_CHANGE_EN.search(folded) or _NOT_INSTEAD.search(folded) or _CHANGE_ZH.search(folded))
+
+
 def states_a_change(text: str, subject: list[str]) -> bool:
-    """Does a sentence of `text` name the subject and say it changed? The two change patterns run first: a
+    """Does a sentence of `text` name the subject and say it changed? The change patterns run first: a
     sentence's odd stems (holds_any) cost more, and are read only for a sentence that says a change. And first
     over the whole text: a sentence's match is one of the text too (snippet.sentences cuts only after
     punctuation or at a line break, so a sentence's word boundaries hold in the text, and no pattern looks past
     its match), and many candidates say no change anywhere."""
-    if not (_CHANGE_EN.search(text) or _CHANGE_ZH.search(text)):
+    if not _says_a_change(text.lower()):
         return False
     for sentence in sentences(text):
-        if (_CHANGE_EN.search(sentence) or _CHANGE_ZH.search(sentence)) and holds_any(sentence, subject):
+        folded = sentence.lower()
+        if _says_a_change(folded) and holds_any(sentence, folded, subject):
             return True
     return False
 
