@@ -15,6 +15,7 @@ a chat past EXACT_MAX differ, and at 100,000 memories 12 of 400 recalls of the s
 
     .venv/bin/python scripts/bench_read_path_ab.py                       # this tree against HEAD, 10k
     .venv/bin/python scripts/bench_read_path_ab.py --baseline 1e4dddf --size 100000 --queries 200
+    .venv/bin/python scripts/bench_read_path_ab.py --about-now      # every query asks how things stand now
 """
 
 from __future__ import annotations
@@ -73,10 +74,17 @@ async def open_side(package: str, data_dir: Path, model: VectorModel, queries: l
     return sc, ask
 
 
-async def compare(size: int, n_queries: int, root: Path) -> dict:
+def as_a_question_about_now(query: str) -> str:
+    """The query asked about the present ("Where did Mara hide the key now?"): the latest-word stage
+    (recall/current.py) reads every candidate for such a question, and few of the generator's queries ask one."""
+    return query.rstrip("?.! ") + " now?"
+
+
+async def compare(size: int, n_queries: int, root: Path, *, now: bool = False) -> dict:
     gen = ChatGenerator(1)
     model = VectorModel(gen)
     queries = [q for _, q, _ in gen.queries(br.WARMUP_QUERIES + n_queries, size, "recall")]
+    queries = [as_a_question_about_now(q) for q in queries] if now else queries
     recent = [{"role": m.role, "name": m.name, "text": m.text} for m in (gen.message(i) for i in range(size - 4, size))]
     sides, closing = {}, []
     for name, package in (("base", "stbme_base"), ("new", "stbme")):
@@ -115,7 +123,8 @@ async def compare(size: int, n_queries: int, root: Path) -> dict:
 @click.option("--size", default=10_000, show_default=True, type=click.IntRange(min=50), help="Memories in the chat.")
 @click.option("--queries", default=400, show_default=True, type=click.IntRange(min=1),
               help="Timed queries (each asked bare and with recent turns, of both sides).")
-def main(baseline: str, size: int, queries: int) -> None:
+@click.option("--about-now", is_flag=True, help="Ask every query about the present (\"... now?\").")
+def main(baseline: str, size: int, queries: int, about_now: bool) -> None:
     """Paired, interleaved recall latency of this tree against BASELINE in one process."""
     root = Path(tempfile.mkdtemp(prefix="stbme-ab-"))
     try:
@@ -126,10 +135,11 @@ def main(baseline: str, size: int, queries: int) -> None:
         shutil.copytree(root / "new", root / "base")
         from stbme_base.store.migrations import MIGRATIONS as base_migrations   # let the baseline open it
         br.forget_migrations_except(root / "base" / "stbme.sqlite3", [name for name, _ in base_migrations])
-        r = asyncio.run(compare(size, queries, root))
+        r = asyncio.run(compare(size, queries, root, now=about_now))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    click.echo(f"read path at {size:,} memories, {r['asked']} paired recalls, this tree against {baseline}")
+    asked = " asked about now" if about_now else ""
+    click.echo(f"read path at {size:,} memories, {r['asked']} paired recalls{asked}, this tree against {baseline}")
     click.echo(f"  p50 ms    base {r['base_p50_ms']:.3f}   new {r['new_p50_ms']:.3f}   new/base {r['ratio_of_p50']:.3f}")
     click.echo(f"  p95 ms    base {r['base_p95_ms']:.3f}   new {r['new_p95_ms']:.3f}")
     click.echo(f"  per query: median new/base {r['median_paired_ratio']:.3f}, new faster in {r['new_faster_share']:.0%}")
