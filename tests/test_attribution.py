@@ -65,8 +65,9 @@ def test_phrases_grouped_by_first_letter_match_where_the_flat_alternation_does()
             for text in texts:
                 assert [(m.span(), m.groups()) for m in grouped.finditer(text)] == \
                        [(m.span(), m.groups()) for m in flat.finditer(text)], (shape, flags, text)
-    with pytest.raises(ValueError, match="must start with a letter"):
-        alternation(["(?:a|b)c"])
+    for unfit in ("(?:a|b)c", "s?he", ""):
+        with pytest.raises(ValueError, match="must start with a letter"):
+            alternation([unfit])
 
 
 def test_a_name_paired_with_another_across_a_comma_is_no_address():

@@ -14,12 +14,13 @@ from collections.abc import Iterable
 
 def alternation(phrases: Iterable[str]) -> str:
     """The phrases (regular expressions, each starting with a plain character: a letter, a digit or a CJK
-    character) as one group: ["hi", "hey", "thanks"] gives "(?=[ht])(?:h(?:i|ey)|t(?:hanks))". Under (?i) the
-    lookahead ignores case as the phrases do; give the phrases in lowercase then."""
+    character, with no quantifier of its own) as one group: ["hi", "hey", "thanks"] gives
+    "(?=[ht])(?:h(?:i|ey)|t(?:hanks))". Under (?i) the lookahead ignores case as the phrases do; give the phrases
+    in lowercase then."""
     by_first: dict[str, list[str]] = {}
     for phrase in phrases:
-        if not phrase[:1].isalnum():
-            raise ValueError(f"a phrase must start with a letter or a digit, not {phrase!r}")
+        if not phrase[:1].isalnum() or phrase[1:2] in ("?", "*", "+", "{"):
+            raise ValueError(f"a phrase must start with a letter or a digit of its own, not {phrase!r}")
         by_first.setdefault(phrase[0], []).append(phrase[1:])
     groups = "|".join(f"{first}(?:{'|'.join(rests)})" for first, rests in by_first.items())
     return f"(?=[{''.join(by_first)}])(?:{groups})"
