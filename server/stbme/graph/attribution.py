@@ -48,18 +48,21 @@ _MAY_HAVE_VOCATIVE = re.compile(r"[A-Z][a-zA-Z'\-]*[a-z]\s*(?:[,!?.…~:;)]|$)")
 # its comma ("谢谢你，艾琳！", "晚安，小雪。"), and a titled person's name between a comma and a sentence's edge
 # ("张先生，请坐。", "请坐，张先生。"). A bare name at a sentence's edge ("艾琳，你来了") may as well be the topic,
 # unless the chat's speakers go by it (below).
-_CJK_GREETING = ("谢谢你?|謝謝你?|谢了|謝了|多谢|多謝|你好|您好|嗨|哈喽|哈囉|嘿|喂|早安|早上好|午安|晚安|晚上好|再见|再見|"
-                 "拜拜|回头见|回頭見|对不起|對不起|抱歉|恭喜你?|欢迎你?|歡迎你?|辛苦了|亲爱的|親愛的")
+_CJK_GREETING = alternation((
+    "谢谢你?|謝謝你?|谢了|謝了|多谢|多謝|你好|您好|嗨|哈喽|哈囉|嘿|喂|早安|早上好|午安|晚安|晚上好|再见|再見|"
+    "拜拜|回头见|回頭見|对不起|對不起|抱歉|恭喜你?|欢迎你?|歡迎你?|辛苦了|亲爱的|親愛的").split("|"))
 # A short name holds no pronoun or particle, nor a negation, a question or a modal word ("抱歉，不知道。",
 # "你好，请问……").
 _NOT_IN_SHORT_NAMES = NOT_IN_NAMES + "不没沒别別无無非请請问問吗嗎呢吧啊呀哦嗯好真多少知道想要会會能可以"
 _CJK_SHORT_NAME = rf"(?:(?![{_NOT_IN_SHORT_NAMES}])[\u4e00-\u9fff]){{1,4}}"
 _CJK_NAME = rf"{DOTTED_NAME.pattern}|{TITLED_PERSON}"
-# Each group is what goes: the name with the comma that set it off.
+# Each group is what goes: the name with the comma that set it off. The first two shapes start a text or follow
+# a mark, a comma or a space: "(?<![^...])" is "no character before, or one of these", tested once for both (the
+# second then asks for its own, narrower start). Most positions of a Chinese text fail there: 0.65 of the time.
 _CJK_VOCATIVE = re.compile(
-    rf"(?:^|(?<=[。！？!?…，,\s“\"「『*]))(?:{_CJK_GREETING})[啊呀呢吧哦]?"
+    rf"(?<![^。！？!?…，,\s“\"「『*])(?:{_CJK_GREETING}[啊呀呢吧哦]?"
     rf"(?P<a>[，,]\s*(?:{_CJK_NAME}|{_CJK_SHORT_NAME}))(?=\s*(?:[！!。？?~～…，,”\"」』*]|$))"
-    rf"|(?:^|(?<=[。！？!?…\n]))[\s“\"「『*]*(?P<b>(?:{TITLED_PERSON})[，,]\s*)"
+    rf"|(?<![^。！？!?…\n])[\s“\"「『*]*(?P<b>(?:{TITLED_PERSON})[，,]\s*))"
     rf"|(?P<c>[，,]\s*(?:{TITLED_PERSON}))(?=\s*(?:[！!。？?~～…”\"」』*]|$))")
 # Each vocative above has a greeting or a person's title: most Chinese messages have neither.
 _MAY_HAVE_CJK_VOCATIVE = re.compile(rf"{_CJK_GREETING}|{PERSON_TITLES}")
