@@ -64,8 +64,8 @@ def names_any(fields: dict, subject: list[str]) -> bool:
 
 def _words_of(value) -> str:
     """A field value's text, joined by spaces where field_text would join by commas: a subject term is made of
-    word characters, so only the words matter. Names lists are most of a memory's fields, and field_text
-    recursed into each name (a fifth of a question about now's time at 10,000 memories)."""
+    word characters, so only the words matter. field_text recursed into each name of a list: reading the fields
+    for the subject took 0.23 of 1.17 s of 100 questions about now at 10,000 memories (cProfile), 0.12 s without."""
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
