@@ -564,7 +564,7 @@ def test_a_question_about_now_and_a_sentence_that_states_a_change():
 
 
 def test_a_change_is_found_as_whole_words_in_any_case():
-    from stbme.recall.current import names_any, states_a_change
+    from stbme.recall.current import field_words, names_any, states_a_change
     # The English phrases are grouped by first letter for speed: each must still be found whole, in any case.
     said = ["MARA MOVED OUT OF THE TANNERY.", "Nowadays Mara sleeps till noon.", "Mara is leaving at dawn.",
             "Lately Mara hums.", "Mara took the lamp and put it on the sill.", "It's Mara here, NOT Tobin."]
@@ -572,9 +572,51 @@ def test_a_change_is_found_as_whole_words_in_any_case():
     inside = ["Mara knows the tannery.", "Mara's leftovers are cold.", "Mara fixes nets.", "Mara is nowhere near."]
     assert [t for t in inside if states_a_change(t, ["mara"])] == []
     # A memory's names lists are read for its subject, and so are values that are no list of names.
-    assert names_any({"summary": "Rain.", "participants": ["Mara", "Tobin"]}, ["tobin"])
-    assert names_any({"summary": "Rain.", "where": {"room": ["attic", 3]}}, ["attic"])
-    assert not names_any({"summary": "Rain.", "participants": ["Mara"]}, ["tobin"])
+    assert names_any(field_words({"summary": "Rain.", "participants": ["Mara", "Tobin"]}), ["tobin"])
+    assert names_any(field_words({"summary": "Rain.", "where": {"room": ["attic", 3]}}), ["attic"])
+    assert not names_any(field_words({"summary": "Rain.", "participants": ["Mara"]}), ["tobin"])
+
+
+def test_every_change_phrase_holds_a_cue_word():
+    # _latest skips a memory whose fields hold no cue (current._CHANGE_CUES) before building its spoken text: a
+    # phrase added to the change patterns without its cue would never be found. One instance of each phrase.
+    from stbme.recall import current
+    english = ["now", "instead", "any more", "anymore", "no longer", "not any more", "these days", "nowadays",
+               "lately", "since", "ever since", "moved", "moving", "move in", "moves out", "moved in", "relocated",
+               "quit", "left", "leaving", "gave up", "change", "changed", "switched", "swapped", "replaced",
+               "packed up", "walked out", "broke off", "broke it off", "broken up", "split up", "finished",
+               "over between", "is over", "took the lamp and put", "found a place", "found a new job", "new home",
+               "got a job", "got a new job", "started working", "correction", "fix", "rather", "actually"]
+    assert len(english) >= len(current._CHANGE_WORDS)
+    chinese = ["现在", "如今", "目前", "最近", "后来", "改", "换", "搬", "挪", "转行", "不再", "已经", "早就", "不干了", "不在",
+               "散了", "断了", "分手", "分开", "分道扬镳", "离开", "走了", "辞了", "不是铁匠，而是", "更正", "修正", "纠正", "其实"]
+    for phrase in english + [", not grey"] + chinese:
+        text = f"mara {phrase} today." if phrase.isascii() else f"何川{phrase}了。"
+        assert current._says_a_change(text), phrase   # an instance the patterns match ...
+        assert current.may_say_a_change(text), phrase  # ... holds a cue
+    assert not current.may_say_a_change("mara knows the tannery; she fixes nets. 何川在镖局。")
+
+
+def test_a_memory_without_a_cue_cannot_say_a_change_once_its_vocatives_are_cut():
+    # Cutting a vocative never joins two words or two Chinese characters, so the spoken text holds no cue
+    # the fields do not.
+    import random
+
+    from stbme.recall.current import _says_a_change, field_words, may_say_a_change, spoken_text
+
+    words = ["Thanks", ",", "Irene", "!", "hey", "Tom", "gave", "up", "no", "w", "now", " ", "  ", "Mara", "moved",
+             "不", "是", "不是", "谢谢你", "，", "艾琳", "。", "张先生", "其", "实", "现", "在", "?", "\n", "Bob Smith",
+             "…", "any", "more", "not", "grey"]
+    rng = random.Random(23)
+    found = 0
+    for _ in range(4000):
+        text = "".join(rng.choice(words) + rng.choice(["", " ", ", "]) for _ in range(rng.randrange(1, 14)))
+        fields = {"summary": text, "speaker": rng.choice(["Tom", "Irene", "艾琳", ""]),
+                  "addressed": rng.choice([[], ["艾琳"]])}
+        if _says_a_change(spoken_text(fields).lower()):
+            found += 1
+            assert may_say_a_change(field_words(fields)), fields
+    assert found > 500   # the words make many changes, so the check above is no empty one
 
 
 async def test_a_change_names_its_subject_by_a_stem_that_is_not_a_part_of_the_word(sidecar):
@@ -922,7 +964,7 @@ def test_a_memory_is_skipped_for_a_question_about_now_only_when_its_fields_canno
     import re
 
     from stbme.graph.model import node_text
-    from stbme.recall.current import names_any
+    from stbme.recall.current import field_words, names_any
 
     words = ["Thanks", ",", "Irene", "!", "hey", "Tom", "Wow", " ", "Keep", "it", "up", ".", "…", "Mara", "moved",
              ":", ";", ")", "?", "Sure", "现在", "何川", "搬走了", "，", "。", "well", "God", "Bob Smith", "1e-05", "\n"]
@@ -931,8 +973,8 @@ def test_a_memory_is_skipped_for_a_question_about_now_only_when_its_fields_canno
         text = "".join(rng.choice(words) + rng.choice(["", " ", ", "]) for _ in range(rng.randrange(1, 12)))
         fields = {"summary": text, "speaker": rng.choice(["Tom", "Irene", ""]), "title": rng.choice(words)}
         for word in set(re.findall(r"[^\W_]+", node_text(fields).lower())):
-            assert names_any(fields, [word]), (word, fields)
-    assert not names_any({"summary": "Thanks, Irene! Have a great one!", "speaker": "Tom"}, ["harlan"])
+            assert names_any(field_words(fields), [word]), (word, fields)
+    assert not names_any(field_words({"summary": "Thanks, Irene! Have a great one!", "speaker": "Tom"}), ["harlan"])
 
 
 def _film_talks() -> list[dict]:

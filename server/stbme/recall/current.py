@@ -35,6 +35,21 @@ _NOT_INSTEAD = re.compile(r",\s*not\s+\w")   # "Her eyes are green, not grey."
 _CHANGE_ZH = re.compile(r"现在|如今|目前|最近|后来|改|换|搬|挪|转行|不再|已经|早就|不干了|不在|散了|断了|分手|分开|"
                         r"分道扬镳|离开|走了|辞了|不是.{1,12}[，,]?(?:而)?是|更正|修正|纠正|其实")
 SUBJECT_TERMS = 2   # the question's rarest terms: one of them must be in the changing sentence
+# A match of the patterns above holds one of these English words whole, or begins with one of these Chinese words
+# (the Chinese patterns less "不是 ... 是"'s gap, which a cut name can shorten). A memory whose fields hold none says
+# no change, whatever its vocatives: what graph.attribution cuts never joins two words, nor two Chinese
+# characters (each cut has a mark, a space or the text's edge on one side). Its spoken text is then never built
+# (read_path._latest). Keep the cues with the patterns: test_read_path checks each phrase against them.
+_CHANGE_CUE_WORDS = [
+    "now", "instead", "any", "anymore", "no", "not", "these", "nowadays", "lately", "since", "moved", "moving",
+    "move", "moves", "relocated", "quit", "left", "leaving", "gave", "change", "changed", "switched", "swapped",
+    "replaced", "packed", "walked", "broke", "broken", "split", "finished", "over", "took", "found", "new", "got",
+    "started", "correction", "fix", "rather", "actually"]
+_CHANGE_CUE_WORDS_ZH = ("现在|如今|目前|最近|后来|改|换|搬|挪|转行|不再|已经|早就|不干|不在|散了|断了|分手|分开|分道|离开|走了|"
+                        "辞了|不是|更正|修正|纠正|其实").split("|")
+# ASCII word boundaries: in Unicode a word beside a CJK character has no \b there, and may have one once a name
+# between is cut.
+_CHANGE_CUES = re.compile(rf"(?a)\b{alternation(_CHANGE_CUE_WORDS)}\b|{alternation(_CHANGE_CUE_WORDS_ZH)}")
 
 
 def asks_about_now(text: str) -> bool:
@@ -53,13 +68,23 @@ def subject_terms(lexical: LexicalIndex, topic: str, names: Iterable[str] = ()) 
     return (named + rest)[:max(SUBJECT_TERMS, len(named))]
 
 
-def names_any(fields: dict, subject: list[str]) -> bool:
-    """Whether a memory's fields (names and values) hold a subject term. Every term of its searched text
-    (graph.model.node_text) is in them: that text adds only the field names, the speaker (a field) and
-    punctuation, and what it drops (a vocative, the comma and spaces around it) never joins two words. A stem
-    that is not a part of its word ("dagni" of "Dagny") is not found here: the caller asks the index for those."""
-    plain = " ".join([*fields, *map(_words_of, fields.values())]).lower()
-    return any(term in plain for term in subject)
+def field_words(fields: dict) -> str:
+    """A memory's fields (names and values), lowercased, joined by spaces. Every word of its searched text
+    (graph.model.node_text) is a word here: that text adds only the field names, the speaker (a field) and
+    punctuation, and what it drops (a vocative, the comma and spaces around it) never joins two words."""
+    return " ".join([*fields, *map(_words_of, fields.values())]).lower()
+
+
+def names_any(words: str, subject: list[str]) -> bool:
+    """Whether a memory's `field_words` hold a subject term. A stem that is not a part of its word ("dagni" of
+    "Dagny") is not found here: the caller asks the index for those."""
+    return any(term in words for term in subject)
+
+
+def may_say_a_change(words: str) -> bool:
+    """False when a memory's `field_words` cannot say a change: no cue of the change patterns in them. Its spoken
+    text holds only their words, so it cannot either."""
+    return _CHANGE_CUES.search(words) is not None
 
 
 def _words_of(value) -> str:

@@ -34,7 +34,8 @@ from ..tokens import count_tokens, last_tokens
 from . import tuning
 from .candidates import (Ranking, anchor_day, by_topic, graph_members, graph_ranking, message_neighbours,
                          names_mentioned, speaker_asked_about, subject_members, time_ranking)
-from .current import asks_about_now, latest_ranking, names_any, spoken_text, subject_terms
+from .current import (asks_about_now, field_words, latest_ranking, may_say_a_change, names_any, spoken_text,
+                      subject_terms)
 from .query import QueryPlan, clean_input, plan_query
 from .ranking import (NEIGHBOUR_SEEDS, RRF_K, Scored, asks, found_by_search, fuse, lift_neighbours, lower_askers,
                       lower_other_speakers, may_show, only_asks, order, relevant, score_rows)
@@ -386,14 +387,16 @@ async def _latest(plan: QueryPlan, rankings: list[Ranking], *, store: Store, cha
         if r["seq_to"] is None:
             continue
         fields = orjson.loads(r["fields"])
-        # Only a memory whose fields name the subject can state its change: its spoken text (node_text, a
-        # regex per memory to drop vocatives, ~0.15 ms) is built only for those. A stem is not always a part of
-        # its word ("dagni" of "Dagny"): what the fields do not show, the index answers.
-        if not names_any(fields, subject):
+        words = field_words(fields)
+        # Only a memory whose fields name the subject and hold a change word can state its change: its spoken
+        # text (node_text, a regex per memory to drop vocatives) is built only for those. A stem is not always a
+        # part of its word ("dagni" of "Dagny"): what the fields do not show, the index answers.
+        if not names_any(words, subject):
             holding = holding if holding is not None else lexical.score_terms(subject, ids)
             if holding.get(r["id"], 0.0) <= 0:
                 continue
-        texts[r["id"]] = (spoken_text(fields), r["seq_to"])
+        if may_say_a_change(words):
+            texts[r["id"]] = (spoken_text(fields), r["seq_to"])
     return latest_ranking(texts, subject=subject, weight=weight)
 
 
