@@ -580,6 +580,8 @@ def test_a_change_is_found_as_whole_words_in_any_case():
 def test_every_change_phrase_holds_a_cue_word():
     # _latest skips a memory whose fields hold no cue (current._CHANGE_CUES) before building its spoken text: a
     # phrase added to the change patterns without its cue would never be found. One instance of each phrase.
+    import re
+
     from stbme.recall import current
     english = ["now", "instead", "any more", "anymore", "no longer", "not any more", "these days", "nowadays",
                "lately", "since", "ever since", "moved", "moving", "move in", "moves out", "moved in", "relocated",
@@ -587,7 +589,6 @@ def test_every_change_phrase_holds_a_cue_word():
                "packed up", "walked out", "broke off", "broke it off", "broken up", "split up", "finished",
                "over between", "is over", "took the lamp and put", "found a place", "found a new job", "new home",
                "got a job", "got a new job", "started working", "correction", "fix", "rather", "actually"]
-    import re
     # Each phrase of the patterns has its instance here: one added without one fails.
     assert [p for p in current._CHANGE_WORDS if not any(re.fullmatch(p, t) for t in english)] == []
     chinese = ["现在", "如今", "目前", "最近", "后来", "改", "换", "搬", "挪", "转行", "不再", "已经", "早就", "不干了", "不在",
