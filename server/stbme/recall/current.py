@@ -32,11 +32,12 @@ _CHANGE_WORDS = [
 # For lowercased text: one re.I alternation took five times as long (alternation.py, docs/evaluation.md).
 _CHANGE_EN = re.compile(rf"\b{alternation(_CHANGE_WORDS)}\b")
 _NOT_INSTEAD = re.compile(r",\s*not\s+\w")   # "Her eyes are green, not grey."
-_CHANGE_ZH = re.compile(r"现在|如今|目前|最近|后来|改|换|搬|挪|转行|不再|已经|早就|不干了|不在|散了|断了|分手|分开|"
-                        r"分道扬镳|离开|走了|辞了|不是.{1,12}[，,]?(?:而)?是|更正|修正|纠正|其实")
+_CHANGE_ZH_PHRASES = (r"现在|如今|目前|最近|后来|改|换|搬|挪|转行|不再|已经|早就|不干了|不在|散了|断了|分手|分开|"
+                      r"分道扬镳|离开|走了|辞了|不是.{1,12}[，,]?(?:而)?是|更正|修正|纠正|其实").split("|")
+_CHANGE_ZH = re.compile("|".join(_CHANGE_ZH_PHRASES))
 SUBJECT_TERMS = 2   # the question's rarest terms: one of them must be in the changing sentence
-# A match of the patterns above holds one of these English words whole, or begins with one of these Chinese words
-# (the Chinese patterns less "不是 ... 是"'s gap, which a cut name can shorten). A memory whose fields hold none says
+# A match of the patterns above holds one of these English words whole, or begins with a Chinese phrase's leading
+# characters (all of it but "不是 ... 是"'s gap, which a cut name can shorten). A memory whose fields hold none says
 # no change, whatever its vocatives: what graph.attribution cuts never joins two words, nor two Chinese
 # characters (each cut has a mark, a space or the text's edge on one side). Its spoken text is then never built
 # (read_path._latest). Keep the cues with the patterns: test_read_path checks each phrase against them.
@@ -45,8 +46,7 @@ _CHANGE_CUE_WORDS = [
     "move", "moves", "relocated", "quit", "left", "leaving", "gave", "change", "changed", "switched", "swapped",
     "replaced", "packed", "walked", "broke", "broken", "split", "finished", "over", "took", "found", "new", "got",
     "started", "correction", "fix", "rather", "actually"]
-_CHANGE_CUE_WORDS_ZH = ("现在|如今|目前|最近|后来|改|换|搬|挪|转行|不再|已经|早就|不干|不在|散了|断了|分手|分开|分道|离开|走了|"
-                        "辞了|不是|更正|修正|纠正|其实").split("|")
+_CHANGE_CUE_WORDS_ZH = [re.match(r"[\u4e00-\u9fff]+", phrase).group() for phrase in _CHANGE_ZH_PHRASES]
 # ASCII word boundaries: in Unicode a word beside a CJK character has no \b there, and may have one once a name
 # between is cut.
 _CHANGE_CUES = re.compile(rf"(?a)\b{alternation(_CHANGE_CUE_WORDS)}\b|{alternation(_CHANGE_CUE_WORDS_ZH)}")
